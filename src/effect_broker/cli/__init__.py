@@ -1,0 +1,24 @@
+"""The ``effect-broker`` command line: one Typer app, one module per command group."""
+
+from __future__ import annotations
+
+import typer
+
+app = typer.Typer(
+    name="effect-broker",
+    help="A sidecar HTTP proxy that makes side-effecting tool calls safe to retry.",
+    no_args_is_help=True,
+    add_completion=False,
+)
+
+
+def _register() -> None:
+    """Attach command groups; each lives in its own module under ``effect_broker.cli``."""
+    from effect_broker.cli import routes
+
+    app.add_typer(routes.routes_app, name="routes")
+
+
+def main() -> None:
+    _register()
+    app()

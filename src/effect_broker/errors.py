@@ -1,0 +1,123 @@
+"""Every error effect-broker raises on purpose, in one flat module.
+
+Each class carries a stable problem ``type`` slug (RFC 9457) and the HTTP status that fits,
+so the proxy and the admin API map errors to answers in one place. The docstring of each
+class is its default message. The hierarchy is flat on purpose: callers catch the one
+error they can act on, or ``EffectBrokerError``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+PROBLEM_TYPE_BASE = "https://effect-broker.dev/problems/"
+
+
+class EffectBrokerError(Exception):
+    """effect-broker could not complete the operation."""
+
+    problem_type: str = "internal-error"
+    status: int = 500
+
+    def __init__(self, message: str | None = None) -> None:
+        self.message = message or (self.__doc__ or "").strip()
+        super().__init__(self.message)
+
+    @property
+    def type_uri(self) -> str:
+        return PROBLEM_TYPE_BASE + self.problem_type
+
+
+class CanonicalizationError(EffectBrokerError):
+    """The request body cannot be canonicalized."""
+
+    problem_type = "invalid-body"
+    status = 400
+
+
+class PayloadMismatch(EffectBrokerError):
+    """This Operation-Key was already used with a different payload."""
+
+    problem_type = "payload-mismatch"
+    status = 422
+
+
+class StaleVersion(EffectBrokerError):
+    """The effect changed since it was read; the write was fenced."""
+
+    problem_type = "stale-version"
+    status = 409
+
+
+class IllegalTransition(EffectBrokerError):
+    """The state machine does not allow this transition."""
+
+    problem_type = "illegal-transition"
+    status = 409
+
+
+class EffectNotFound(EffectBrokerError):
+    """No such effect for this tenant."""
+
+    problem_type = "not-found"
+    status = 404
+
+
+class ReceiptExists(EffectBrokerError):
+    """This effect already has a receipt; receipts are immutable."""
+
+    problem_type = "receipt-exists"
+    status = 409
+
+
+class StoreUnavailable(EffectBrokerError):
+    """The ledger database cannot be reached; nothing was sent upstream."""
+
+    problem_type = "store-unavailable"
+    status = 503
+
+
+class MasterKeyError(EffectBrokerError):
+    """The master key is missing or malformed."""
+
+    problem_type = "master-key"
+    status = 500
+
+
+class DecryptionError(EffectBrokerError):
+    """A stored payload failed authentication: wrong key, or bound to another effect."""
+
+    problem_type = "decryption-failed"
+    status = 500
+
+
+class MigrationError(EffectBrokerError):
+    """The database schema cannot be brought to the version this build expects."""
+
+    problem_type = "migration-failed"
+    status = 500
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigIssue:
+    """One problem in a configuration file, located precisely enough to fix it."""
+
+    file: str
+    line: int | None
+    field: str
+    message: str
+
+    def __str__(self) -> str:
+        where = f"{self.file}:{self.line}" if self.line is not None else self.file
+        return f"{where}: {self.field}: {self.message}"
+
+
+class ConfigError(EffectBrokerError):
+    """The configuration is invalid."""
+
+    problem_type = "invalid-config"
+    status = 500
+
+    def __init__(self, issues: list[ConfigIssue]) -> None:
+        self.issues = issues
+        super().__init__("\n".join(str(issue) for issue in issues))
