@@ -121,3 +121,10 @@ class ConfigError(EffectBrokerError):
     def __init__(self, issues: list[ConfigIssue]) -> None:
         self.issues = issues
         super().__init__("\n".join(str(issue) for issue in issues))
+
+
+class StoreError(EffectBrokerError):
+    """The ledger refused the operation."""
+
+    problem_type = "store-error"
+    status = 500

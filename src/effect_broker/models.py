@@ -6,7 +6,12 @@ ledger goes through the store's compare-and-swap writes, never through a mutated
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
 from enum import StrEnum
+from typing import Any
+from uuid import UUID
 
 
 class SafetyClass(StrEnum):
@@ -27,3 +32,91 @@ class EffectStatus(StrEnum):
     OUTCOME_UNKNOWN = "outcome_unknown"
     RECONCILING = "reconciling"
     MANUAL_REVIEW = "manual_review"
+
+
+@dataclass(frozen=True, slots=True)
+class Effect:
+    """A snapshot of one ledger row; ``version`` is what a compare-and-swap write expects."""
+
+    effect_id: UUID
+    tenant_id: str
+    operation_key: str
+    request_hash: str
+    route: str
+    contract_name: str
+    contract_version: str
+    safety: SafetyClass
+    downstream_key: str
+    status: EffectStatus
+    version: int
+    attempts: int
+    lease_owner: str | None
+    lease_expires_at: datetime | None
+    due_at: datetime | None
+    first_dispatched_at: datetime | None
+    retention_deadline: datetime | None
+    settlement_deadline: datetime | None
+    request_ciphertext: bytes | None
+    request_preview: Mapping[str, Any]
+    last_error: str | None
+    created_at: datetime
+    updated_at: datetime
+
+
+class ReceiptSource(StrEnum):
+    RESPONSE = "response"
+    PROBE = "probe"
+    OPERATOR = "operator"
+
+
+@dataclass(frozen=True, slots=True)
+class Receipt:
+    """What the target answered (or what a probe or operator proved). Never changes."""
+
+    effect_id: UUID
+    status_code: int
+    response_ciphertext: bytes
+    source: ReceiptSource
+    external_id: str | None
+    recorded_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class EffectEvent:
+    effect_id: UUID
+    seq: int
+    kind: str
+    from_status: EffectStatus | None
+    to_status: EffectStatus
+    actor: str
+    details: Mapping[str, Any]
+    occurred_at: datetime
+    prev_digest: bytes
+    digest: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Attempt:
+    effect_id: UUID
+    attempt_no: int
+    owner: str
+    started_at: datetime
+
+
+class ReservationOutcome(StrEnum):
+    CREATED = "created"
+    REPLAY = "replay"
+    CONFLICT = "conflict"
+
+
+@dataclass(frozen=True, slots=True)
+class Reservation:
+    """The answer to "may I start this effect?": created, the same intent again, or drift.
+
+    On ``replay`` the caller decides by ``effect.status`` whether to return the receipt,
+    join an in-flight dispatch (409) or resume. On ``conflict`` the stored row is untouched.
+    """
+
+    outcome: ReservationOutcome
+    effect: Effect
+    receipt: Receipt | None

@@ -1,0 +1,31 @@
+"""Settings from flags or ``EFFECT_BROKER_*`` environment variables (DESIGN.md names)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import Field, SecretStr
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class Settings(BaseSettings):
+    """Everything a proxy process needs to start; flags override the environment."""
+
+    model_config = SettingsConfigDict(env_prefix="EFFECT_BROKER_", frozen=True)
+
+    routes: Path = Field(Path("routes.yaml"), description="The routes.yaml to serve.")
+    database_url: str | None = Field(
+        None, description="PostgreSQL DSN; unset under `up` starts an embedded server."
+    )
+    listen: str = Field("127.0.0.1:8080", description="Proxy address, host:port.")
+    admin_listen: str = Field("127.0.0.1:8081", description="Admin API address.")
+    tenant: str = Field("default", description="The tenant a sidecar serves.")
+    master_key: SecretStr | None = Field(
+        None, description="Base64 of 32 random bytes; encrypts stored payloads."
+    )
+    admin_token: SecretStr | None = Field(None, description="Bearer token for admin.")
+    data_dir: Path = Field(
+        Path(".effect-broker"), description="Where `up` keeps its database and key."
+    )
+    pool_min_size: int = Field(1, ge=1)
+    pool_max_size: int = Field(10, ge=1)

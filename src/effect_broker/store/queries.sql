@@ -1,0 +1,192 @@
+-- Every query effect-broker runs at runtime, one named block each.
+-- A block starts with "-- name --" and a one-line description; parameters are $n only.
+-- Each write that changes an effect bumps its version (compare-and-swap) and appends the
+-- event for that version through append_effect_event, in the same statement.
+
+-- reserve --
+-- Insert the effect for (tenant, operation_key) or return the existing one with its receipt.
+SELECT created, (effect).*, receipt
+FROM reserve_effect($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11::jsonb, $12, $13);
+
+-- start_attempt --
+-- Move to DISPATCHING, count the attempt, take the lease and stamp deadlines.
+WITH moved AS (
+    UPDATE effects SET
+        status = 'dispatching',
+        version = version + 1,
+        attempts = attempts + 1,
+        lease_owner = $3,
+        lease_expires_at = now() + $4::interval,
+        due_at = now() + $4::interval,
+        first_dispatched_at = coalesce(first_dispatched_at, now()),
+        retention_deadline = coalesce(retention_deadline, now() + $5::interval),
+        settlement_deadline = now() + $6::interval,
+        last_error = NULL,
+        updated_at = now()
+    WHERE effect_id = $1 AND version = $2 AND status = $7
+    RETURNING effects.*
+), attempt AS (
+    INSERT INTO effect_attempts (effect_id, attempt_no, owner)
+    SELECT effect_id, attempts, $3 FROM moved
+)
+SELECT moved.*, append_effect_event(
+    moved.effect_id, moved.version, 'dispatch', $7, 'dispatching', $3,
+    jsonb_build_object('attempt', moved.attempts), moved.updated_at
+) IS NOT NULL AS event_written
+FROM moved;
+
+-- transition --
+-- Compare-and-swap to a new status; set or drop the lease and the next wake-up time.
+WITH moved AS (
+    UPDATE effects SET
+        status = $4,
+        version = version + 1,
+        lease_owner = $7,
+        lease_expires_at = now() + $8::interval,
+        due_at = coalesce(now() + $8::interval, now() + $9::interval),
+        last_error = $10,
+        updated_at = now()
+    WHERE effect_id = $1 AND version = $2 AND status = $3
+    RETURNING effects.*
+)
+SELECT moved.*, append_effect_event(
+    moved.effect_id, moved.version, $5, $3, $4, $6, $11::jsonb, moved.updated_at
+) IS NOT NULL AS event_written
+FROM moved;
+
+-- record_receipt --
+-- Settle the effect (SUCCEEDED or FAILED_FINAL) and store its immutable receipt together.
+WITH moved AS (
+    UPDATE effects SET
+        status = $4,
+        version = version + 1,
+        lease_owner = NULL,
+        lease_expires_at = NULL,
+        due_at = NULL,
+        last_error = NULL,
+        updated_at = now()
+    WHERE effect_id = $1 AND version = $2 AND status = $3
+    RETURNING effects.*
+), receipt AS (
+    INSERT INTO effect_receipts (effect_id, status_code, response_ciphertext, source,
+                                 external_id, recorded_at)
+    SELECT effect_id, $7, $8, $9, $10, updated_at FROM moved
+)
+SELECT moved.*, append_effect_event(
+    moved.effect_id, moved.version, $5, $3, $4, $6,
+    jsonb_build_object('status_code', $7::integer, 'source', $9::text,
+                       'external_id', $10::text) || $11::jsonb,
+    moved.updated_at
+) IS NOT NULL AS event_written
+FROM moved;
+
+-- reschedule --
+-- Keep the status, drop the lease and set the next wake-up time (a backoff, a wait).
+WITH moved AS (
+    UPDATE effects SET
+        version = version + 1,
+        lease_owner = NULL,
+        lease_expires_at = NULL,
+        due_at = now() + $4::interval,
+        last_error = coalesce($6, last_error),
+        updated_at = now()
+    WHERE effect_id = $1 AND version = $2 AND status = $3
+    RETURNING effects.*
+)
+SELECT moved.*, append_effect_event(
+    moved.effect_id, moved.version, 'rescheduled', $3, $3, $5,
+    jsonb_build_object('delay_seconds', extract(epoch FROM $4::interval)), moved.updated_at
+) IS NOT NULL AS event_written
+FROM moved;
+
+-- claim_due --
+-- Lease up to $1 effects whose wake-up time has passed, skipping rows others hold.
+WITH due AS (
+    SELECT effect_id FROM effects
+    WHERE due_at <= now()
+    ORDER BY due_at
+    LIMIT $1
+    FOR UPDATE SKIP LOCKED
+), claimed AS (
+    UPDATE effects e SET
+        version = e.version + 1,
+        lease_owner = $2,
+        lease_expires_at = now() + $3::interval,
+        due_at = now() + $3::interval,
+        updated_at = now()
+    FROM due
+    WHERE e.effect_id = due.effect_id
+    RETURNING e.*
+)
+SELECT claimed.*, append_effect_event(
+    claimed.effect_id, claimed.version, 'claimed', claimed.status, claimed.status, $2,
+    '{}'::jsonb, claimed.updated_at
+) IS NOT NULL AS event_written
+FROM claimed;
+
+-- get_effect --
+-- One effect of one tenant.
+SELECT * FROM effects WHERE tenant_id = $1 AND effect_id = $2;
+
+-- get_effect_by_key --
+-- One effect of one tenant by its operation key.
+SELECT * FROM effects WHERE tenant_id = $1 AND operation_key = $2;
+
+-- list_effects --
+-- A page of one tenant's effects, newest first, with optional filters and a cursor.
+SELECT * FROM effects
+WHERE tenant_id = $1
+  AND ($2::text[] IS NULL OR status = ANY($2::text[]))
+  AND ($3::text IS NULL OR route = $3)
+  AND ($4::text IS NULL OR starts_with(operation_key, $4))
+  AND ($5::timestamptz IS NULL OR created_at <= $5)
+  AND ($6::timestamptz IS NULL OR (created_at, effect_id) < ($6, $7::uuid))
+ORDER BY created_at DESC, effect_id DESC
+LIMIT $8;
+
+-- get_receipt --
+-- The receipt of one tenant's effect.
+SELECT r.* FROM effect_receipts r
+JOIN effects e USING (effect_id)
+WHERE e.tenant_id = $1 AND r.effect_id = $2;
+
+-- list_events --
+-- The history of one tenant's effect, oldest first.
+SELECT ev.* FROM effect_events ev
+JOIN effects e USING (effect_id)
+WHERE e.tenant_id = $1 AND ev.effect_id = $2
+ORDER BY ev.seq;
+
+-- list_attempts --
+-- The dispatch attempts of one tenant's effect.
+SELECT a.* FROM effect_attempts a
+JOIN effects e USING (effect_id)
+WHERE e.tenant_id = $1 AND a.effect_id = $2
+ORDER BY a.attempt_no;
+
+-- verify_events --
+-- The first sequence whose digest, link or position does not hold, or NULL.
+WITH chain AS (
+    SELECT seq, digest, prev_digest,
+           row_number() OVER (ORDER BY seq) AS position,
+           lag(digest) OVER (ORDER BY seq) AS previous,
+           effect_event_digest(prev_digest, effect_id, seq, kind, from_status, to_status,
+                               actor, details, occurred_at) AS recomputed
+    FROM effect_events WHERE effect_id = $1
+)
+SELECT min(seq) AS first_bad_seq FROM chain
+WHERE seq <> position
+   OR digest <> recomputed
+   OR prev_digest <> coalesce(previous, '\x'::bytea);
+
+-- record_master_key --
+-- Remember that this master key encrypts payloads here.
+INSERT INTO master_keys (key_id) VALUES ($1) ON CONFLICT (key_id) DO NOTHING;
+
+-- list_master_keys --
+-- Every master key that has encrypted payloads in this database.
+SELECT key_id, first_used FROM master_keys ORDER BY first_used;
+
+-- ping --
+-- Cheapest proof that the database answers.
+SELECT 1;

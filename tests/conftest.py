@@ -1,0 +1,109 @@
+"""Shared fixtures: one real PostgreSQL per session, one fresh database per test.
+
+The server is ``EFFECT_BROKER_TEST_DATABASE_URL`` when set, else an embedded PostgreSQL in
+a temporary directory. A template database is migrated once; each test clones it with
+``CREATE DATABASE ... TEMPLATE``, which costs milliseconds and isolates every test.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+import asyncpg
+import pytest
+
+from effect_broker.embedded import embedded_postgres
+from effect_broker.store import Store
+from effect_broker.store.migrations import apply_migrations
+
+INTEGRATION_DIR = Path(__file__).parent / "integration"
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if INTEGRATION_DIR in Path(str(item.path)).parents:
+            item.add_marker(pytest.mark.postgres)
+
+
+def with_database(dsn: str, database: str) -> str:
+    """The same server DSN pointing at another database."""
+    parts = urlsplit(dsn)
+    return urlunsplit(parts._replace(path="/" + database))
+
+
+@pytest.fixture(scope="session")
+def server_dsn(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    external = os.environ.get("EFFECT_BROKER_TEST_DATABASE_URL")
+    if external:
+        yield external
+        return
+    data_dir = tmp_path_factory.mktemp("pg") / "data"
+    with embedded_postgres(data_dir, durable=False, keep_data=False) as dsn:
+        yield dsn
+
+
+async def _create_template(server: str, name: str) -> None:
+    admin = await asyncpg.connect(server)
+    try:
+        await admin.execute(f'CREATE DATABASE "{name}"')
+    finally:
+        await admin.close()
+    conn = await asyncpg.connect(with_database(server, name))
+    try:
+        await apply_migrations(conn)
+    finally:
+        await conn.close()
+
+
+async def _drop_database(server: str, name: str) -> None:
+    admin = await asyncpg.connect(server)
+    try:
+        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    finally:
+        await admin.close()
+
+
+@pytest.fixture(scope="session")
+def template_database(server_dsn: str) -> Iterator[str]:
+    name = f"eb_template_{uuid.uuid4().hex[:12]}"
+    asyncio.run(_create_template(server_dsn, name))
+    yield name
+    asyncio.run(_drop_database(server_dsn, name))
+
+
+@pytest.fixture
+async def empty_database_url(server_dsn: str) -> AsyncIterator[str]:
+    """A database with no schema at all, for migration tests."""
+    name = f"eb_empty_{uuid.uuid4().hex[:12]}"
+    admin = await asyncpg.connect(server_dsn)
+    try:
+        await admin.execute(f'CREATE DATABASE "{name}"')
+    finally:
+        await admin.close()
+    yield with_database(server_dsn, name)
+    await _drop_database(server_dsn, name)
+
+
+@pytest.fixture
+async def database_url(server_dsn: str, template_database: str) -> AsyncIterator[str]:
+    """A freshly migrated database of this test's own."""
+    name = f"eb_test_{uuid.uuid4().hex[:12]}"
+    admin = await asyncpg.connect(server_dsn)
+    try:
+        await admin.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template_database}"')
+    finally:
+        await admin.close()
+    yield with_database(server_dsn, name)
+    await _drop_database(server_dsn, name)
+
+
+@pytest.fixture
+async def store(database_url: str) -> AsyncIterator[Store]:
+    ledger = await Store.connect(database_url, max_size=20)
+    yield ledger
+    await ledger.close()
