@@ -1,0 +1,186 @@
+"""Keys and payload encryption at rest.
+
+One master key (from configuration, never generated behind the operator's back) derives
+every other key with HKDF-SHA256: a per-tenant HMAC key for downstream idempotency keys
+and a per-tenant data key for stored payloads. Deriving instead of storing means there is
+one secret to manage, and a leak of one tenant's derived key exposes nothing else.
+
+Stored payloads are AES-256-GCM encrypted and bound to (tenant, effect, kind) through the
+associated data, so a ciphertext copied onto another row fails to decrypt instead of
+silently replaying someone else's request. Every blob names the key that wrote it, so a
+wrong master key is reported as such, not as corruption. No I/O apart from os.urandom.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import os
+from dataclasses import dataclass, field
+
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+
+from effect_broker.errors import DecryptionError, MasterKeyError
+
+__all__ = ["BLOB_VERSION", "Keyring", "MasterKey"]
+
+KEY_BYTES = 32
+NONCE_BYTES = 12
+_TAG_BYTES = 16
+BLOB_VERSION = 1
+_KEY_ID_PREFIX = "k1-"
+_MAKE_KEY = (
+    'python -c "import os,base64;print(base64.b64encode(os.urandom(32)).decode())"'
+)
+
+
+def _hkdf(master: bytes, info: bytes, length: int = KEY_BYTES) -> bytes:
+    return HKDF(algorithm=hashes.SHA256(), length=length, salt=None, info=info).derive(
+        master
+    )
+
+
+def _length_prefixed(*fields: bytes) -> bytes:
+    """Join fields so that no two different tuples give the same bytes."""
+    return b"".join(len(f).to_bytes(4, "big") + f for f in fields)
+
+
+@dataclass(frozen=True)
+class MasterKey:
+    """The 32-byte root secret. Its repr shows only the public ``key_id``."""
+
+    raw: bytes = field(repr=False)
+    key_id: str = field(init=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if len(self.raw) != KEY_BYTES:
+            raise MasterKeyError(
+                f"a master key must be exactly {KEY_BYTES} bytes, got {len(self.raw)}"
+            )
+        # A PRF output of the key: safe to log and store, reveals nothing about the key.
+        digest = _hkdf(self.raw, b"effect-broker key-id v1", length=8)
+        object.__setattr__(self, "key_id", _KEY_ID_PREFIX + digest.hex())
+
+    @classmethod
+    def from_base64(
+        cls, value: str | None, *, source: str = "EFFECT_BROKER_MASTER_KEY"
+    ) -> MasterKey:
+        """Decode standard or URL-safe base64 (padding optional) into a 32-byte key.
+
+        Every refusal names ``source`` and how to make a key; none echoes the value.
+        """
+        how = f"Create one with: {_MAKE_KEY} and keep it: payloads stored under a key "
+        how += "cannot be read without it."
+        text = (value or "").strip()
+        if not text:
+            raise MasterKeyError(f"{source} is not set. {how}")
+        text = text.replace("-", "+").replace("_", "/")
+        try:
+            raw = base64.b64decode(text + "=" * (-len(text) % 4), validate=True)
+        except (binascii.Error, ValueError):
+            raise MasterKeyError(f"{source} is not valid base64. {how}") from None
+        if len(raw) != KEY_BYTES:
+            raise MasterKeyError(
+                f"{source} decodes to {len(raw)} bytes; it must be exactly {KEY_BYTES}. "
+                + how
+            )
+        return cls(raw)
+
+    @classmethod
+    def generate(cls) -> MasterKey:
+        """A fresh random key; only for explicit set-up paths such as ``up``."""
+        return cls(os.urandom(KEY_BYTES))
+
+    def to_base64(self) -> str:
+        return base64.b64encode(self.raw).decode("ascii")
+
+
+class Keyring:
+    """Per-tenant keys derived from one master key, and payload encryption with them."""
+
+    def __init__(self, master: MasterKey) -> None:
+        self._master = master
+        self._cache: dict[tuple[bytes, str], bytes] = {}
+
+    def __repr__(self) -> str:
+        return f"Keyring(key_id={self.key_id!r})"
+
+    @property
+    def key_id(self) -> str:
+        return self._master.key_id
+
+    def _derive(self, purpose: bytes, tenant_id: str) -> bytes:
+        # Derivation is cheap but not free; requests for one tenant reuse the result.
+        cache_key = (purpose, tenant_id)
+        key = self._cache.get(cache_key)
+        if key is None:
+            info = b"effect-broker v1" + _length_prefixed(purpose, tenant_id.encode())
+            key = self._cache[cache_key] = _hkdf(self._master.raw, info)
+        return key
+
+    def tenant_hmac_key(self, tenant_id: str) -> bytes:
+        """Key for ``canonical.downstream_key``."""
+        return self._derive(b"tenant-hmac", tenant_id)
+
+    def data_key(self, tenant_id: str) -> bytes:
+        """AES-256 key for the tenant's stored payloads."""
+        return self._derive(b"data", tenant_id)
+
+    def _header(self) -> bytes:
+        key_id = self.key_id.encode("ascii")
+        return bytes([BLOB_VERSION, len(key_id)]) + key_id
+
+    @staticmethod
+    def _aad(header: bytes, tenant_id: str, effect_id: str, kind: str) -> bytes:
+        return header + _length_prefixed(
+            tenant_id.encode(), effect_id.encode(), kind.encode()
+        )
+
+    def encrypt(
+        self, *, tenant_id: str, effect_id: str, kind: str, plaintext: bytes
+    ) -> bytes:
+        """Encrypt a payload for one effect; ``kind`` is ``"request"`` or ``"response"``.
+
+        Blob: version byte, key id length byte, key id, 12-byte nonce, ciphertext + tag.
+        The nonce is random: per-tenant keys keep each key far below GCM's limits.
+        """
+        header = self._header()
+        nonce = os.urandom(NONCE_BYTES)
+        sealed = AESGCM(self.data_key(tenant_id)).encrypt(
+            nonce, plaintext, self._aad(header, tenant_id, effect_id, kind)
+        )
+        return header + nonce + sealed
+
+    def decrypt(self, *, tenant_id: str, effect_id: str, kind: str, blob: bytes) -> bytes:
+        """Reverse ``encrypt``; refuse blobs from another key, row or kind, or altered."""
+        what = f"the stored {kind} payload of effect {effect_id!r}"
+        if not blob:
+            raise DecryptionError(f"{what} is malformed: it is empty")
+        if blob[0] != BLOB_VERSION:
+            raise DecryptionError(
+                f"{what} is malformed: unknown format version {blob[0]}"
+            )
+        id_end = 2 + (blob[1] if len(blob) > 1 else 0)
+        if len(blob) < id_end + NONCE_BYTES + _TAG_BYTES:
+            raise DecryptionError(f"{what} is malformed: too short")
+        blob_key_id = blob[2:id_end].decode("ascii", "replace")
+        if blob_key_id != self.key_id:
+            raise DecryptionError(
+                f"{what} was encrypted under key {blob_key_id}, but the configured "
+                f"master key is {self.key_id}; configure the master key that wrote it"
+            )
+        header = blob[:id_end]
+        nonce = blob[id_end : id_end + NONCE_BYTES]
+        sealed = blob[id_end + NONCE_BYTES :]
+        try:
+            return AESGCM(self.data_key(tenant_id)).decrypt(
+                nonce, sealed, self._aad(header, tenant_id, effect_id, kind)
+            )
+        except InvalidTag:
+            raise DecryptionError(
+                f"{what} failed authentication: it was altered, or it belongs to another "
+                "effect, tenant or kind"
+            ) from None
