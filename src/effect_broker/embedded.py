@@ -52,8 +52,10 @@ def embedded_postgres(
     server = module.get_server(data_dir, cleanup_mode="stop" if keep_data else "delete")
     try:
         if not durable:
-            server.psql("ALTER SYSTEM SET fsync = off; ALTER SYSTEM SET "
-                        "synchronous_commit = off; SELECT pg_reload_conf();")
+            server.psql(
+                "ALTER SYSTEM SET fsync = off; ALTER SYSTEM SET "
+                "synchronous_commit = off; SELECT pg_reload_conf();"
+            )
         yield str(server.get_uri())
     finally:
         server.cleanup()

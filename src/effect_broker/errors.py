@@ -1,9 +1,9 @@
 """Every error effect-broker raises on purpose, in one flat module.
 
-Each class carries a stable problem ``type`` slug (RFC 9457) and the HTTP status that fits,
-so the proxy and the admin API map errors to answers in one place. The docstring of each
-class is its default message. The hierarchy is flat on purpose: callers catch the one
-error they can act on, or ``EffectBrokerError``.
+Each class carries a stable problem ``type`` slug (RFC 9457) and the HTTP status that
+fits, so the proxy and the admin API map errors to answers in one place. The docstring
+of each class is its default message. The hierarchy is flat on purpose: callers catch
+the one error they can act on, or ``EffectBrokerError``.
 """
 
 from __future__ import annotations

@@ -36,7 +36,7 @@ class EffectStatus(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class Effect:
-    """A snapshot of one ledger row; ``version`` is what a compare-and-swap write expects."""
+    """A snapshot of one ledger row; ``version`` is what a CAS write expects."""
 
     effect_id: UUID
     tenant_id: str
@@ -113,8 +113,9 @@ class ReservationOutcome(StrEnum):
 class Reservation:
     """The answer to "may I start this effect?": created, the same intent again, or drift.
 
-    On ``replay`` the caller decides by ``effect.status`` whether to return the receipt,
-    join an in-flight dispatch (409) or resume. On ``conflict`` the stored row is untouched.
+    On ``replay`` the caller decides by ``effect.status`` whether to return the
+    receipt, join an in-flight dispatch (409) or resume. On ``conflict`` the stored row
+    is untouched.
     """
 
     outcome: ReservationOutcome

@@ -1,13 +1,13 @@
 """The effect lifecycle as a pure transition table.
 
-The store enforces this table on every write (compare-and-swap on ``version``), so a bug in
-the proxy or the reconciler cannot walk an effect into a state that would claim more than
-the target can prove. Two kinds of rule live here:
+The store enforces this table on every write (compare-and-swap on ``version``), so a bug
+in the proxy or the reconciler cannot walk an effect into a state that would claim more
+than the target can prove. Two kinds of rule live here:
 
 * which status may follow which, whatever the contract says;
 * which of those moves a safety class permits. An ``unsafe`` effect is never dispatched
-  again once anything may have left, and only an ``idempotent`` target may be sent the same
-  request again while its outcome is unknown.
+  again once anything may have left, and only an ``idempotent`` target may be sent the
+  same request again while its outcome is unknown.
 """
 
 from __future__ import annotations

@@ -110,7 +110,7 @@ async def test_reads_never_cross_tenants(store: Store) -> None:
     assert await store.receipt("globex", mine.effect_id) is None
     assert await store.events("globex", mine.effect_id) == []
     assert await store.get_by_key("globex", mine.operation_key) is None
-    page = await store.list("globex")
+    page = await store.list_effects("globex")
     assert [effect.operation_key for effect in page.effects] == ["globex-op"]
 
 
@@ -121,9 +121,9 @@ async def test_listing_filters_and_pages_with_a_cursor(store: Store) -> None:
             await store.start_attempt(effect, owner="proxy-a", lease=LEASE)
     await reserve(store, operation_key="refund-9", route="refund")
 
-    first = await store.list("acme", EffectFilter(route="charge"), limit=3)
+    first = await store.list_effects("acme", EffectFilter(route="charge"), limit=3)
     assert len(first.effects) == 3 and first.next_cursor is not None
-    second = await store.list(
+    second = await store.list_effects(
         "acme", EffectFilter(route="charge"), cursor=first.next_cursor, limit=3
     )
     assert second.next_cursor is None
@@ -131,12 +131,14 @@ async def test_listing_filters_and_pages_with_a_cursor(store: Store) -> None:
     assert sorted(keys) == [f"order-{n}:charge" for n in range(5)]
     assert len(set(keys)) == 5
 
-    dispatching = await store.list(
+    dispatching = await store.list_effects(
         "acme", EffectFilter(statuses=[EffectStatus.DISPATCHING])
     )
     assert {e.operation_key for e in dispatching.effects} == {
         "order-1:charge",
         "order-3:charge",
     }
-    prefixed = await store.list("acme", EffectFilter(operation_key_prefix="refund"))
+    prefixed = await store.list_effects(
+        "acme", EffectFilter(operation_key_prefix="refund")
+    )
     assert [e.operation_key for e in prefixed.effects] == ["refund-9"]

@@ -138,7 +138,9 @@ async def test_editing_an_event_breaks_the_chain_at_that_sequence(
     with pytest.raises(asyncpg.RestrictViolationError):
         await raw.execute("UPDATE effect_events SET actor = 'mallory'")
     # Someone with the power to disable triggers rewrites history anyway.
-    await raw.execute("ALTER TABLE effect_events DISABLE TRIGGER effect_events_append_only")
+    await raw.execute(
+        "ALTER TABLE effect_events DISABLE TRIGGER effect_events_append_only"
+    )
     await raw.execute(
         "UPDATE effect_events SET details = '{\"attempt\": 7}' WHERE seq = 2"
     )
@@ -150,7 +152,9 @@ async def test_a_deleted_event_breaks_the_chain_where_the_gap_is(
     store: Store, raw: asyncpg.Connection
 ) -> None:
     effect = await settle(store, await dispatching(store))
-    await raw.execute("ALTER TABLE effect_events DISABLE TRIGGER effect_events_append_only")
+    await raw.execute(
+        "ALTER TABLE effect_events DISABLE TRIGGER effect_events_append_only"
+    )
     await raw.execute("DELETE FROM effect_events WHERE seq = 2")
 
     assert await store.verify_events(effect.effect_id) == 3

@@ -10,12 +10,16 @@ from __future__ import annotations
 
 import hashlib
 import re
+from contextlib import suppress
 from dataclasses import dataclass
 from importlib import resources
 
 import asyncpg
+from asyncpg.pool import PoolConnectionProxy
 
 from effect_broker.errors import MigrationError
+
+Connection = asyncpg.Connection | PoolConnectionProxy
 
 _FILE_NAME = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
 
@@ -59,15 +63,13 @@ def load_migrations() -> tuple[Migration, ...]:
     return tuple(found)
 
 
-async def _ensure_bookkeeping(conn: asyncpg.Connection) -> None:
-    try:
+async def _ensure_bookkeeping(conn: Connection) -> None:
+    # Two first-ever runs can race on CREATE TABLE IF NOT EXISTS; the other one won.
+    with suppress(asyncpg.UniqueViolationError, asyncpg.DuplicateTableError):
         await conn.execute(_CREATE_BOOKKEEPING)
-    except (asyncpg.UniqueViolationError, asyncpg.DuplicateTableError):
-        # Two first-ever runs raced on CREATE TABLE IF NOT EXISTS; the other one won.
-        pass
 
 
-async def _applied(conn: asyncpg.Connection) -> dict[int, str]:
+async def _applied(conn: Connection) -> dict[int, str]:
     rows = await conn.fetch("SELECT version, checksum FROM schema_migrations")
     return {row["version"]: row["checksum"] for row in rows}
 
@@ -90,14 +92,14 @@ def _pending(applied: dict[int, str], shipped: tuple[Migration, ...]) -> list[Mi
     return [migration for migration in shipped if migration.version not in applied]
 
 
-async def pending_migrations(conn: asyncpg.Connection) -> list[Migration]:
+async def pending_migrations(conn: Connection) -> list[Migration]:
     """Migrations this build ships that the database lacks (empty means current)."""
     exists = await conn.fetchval("SELECT to_regclass('schema_migrations') IS NOT NULL")
     applied = await _applied(conn) if exists else {}
     return _pending(applied, load_migrations())
 
 
-async def apply_migrations(conn: asyncpg.Connection) -> list[Migration]:
+async def apply_migrations(conn: Connection) -> list[Migration]:
     """Apply every pending migration in one transaction; return what was applied."""
     shipped = load_migrations()
     await _ensure_bookkeeping(conn)
@@ -108,9 +110,12 @@ async def apply_migrations(conn: asyncpg.Connection) -> list[Migration]:
             try:
                 await conn.execute(migration.sql)
             except asyncpg.PostgresError as exc:
-                raise MigrationError(f"migration {migration.label} failed: {exc}") from exc
+                raise MigrationError(
+                    f"migration {migration.label} failed: {exc}"
+                ) from exc
             await conn.execute(
-                "INSERT INTO schema_migrations (version, name, checksum) VALUES ($1, $2, $3)",
+                "INSERT INTO schema_migrations (version, name, checksum)"
+                " VALUES ($1, $2, $3)",
                 migration.version,
                 migration.name,
                 migration.checksum,

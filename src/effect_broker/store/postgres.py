@@ -70,9 +70,13 @@ async def _translated() -> AsyncIterator[None]:
     except asyncpg.UniqueViolationError as exc:
         if exc.table_name == "effect_receipts":
             raise ReceiptExists() from exc
-        raise StoreError(f"unique constraint {exc.constraint_name} refused a write") from exc
+        raise StoreError(
+            f"unique constraint {exc.constraint_name} refused a write"
+        ) from exc
     except asyncpg.CannotConnectNowError as exc:
-        raise StoreUnavailable("the ledger database is starting or shutting down") from exc
+        raise StoreUnavailable(
+            "the ledger database is starting or shutting down"
+        ) from exc
     except asyncpg.PostgresError as exc:
         raise StoreError(f"the ledger refused the operation: {exc}") from exc
 
@@ -83,7 +87,7 @@ async def _init_connection(conn: asyncpg.Connection) -> None:
     )
 
 
-def _effect(row: Mapping[str, Any]) -> Effect:
+def _effect(row: asyncpg.Record) -> Effect:
     return Effect(
         effect_id=row["effect_id"],
         tenant_id=row["tenant_id"],
@@ -117,7 +121,7 @@ def _json_object(value: Any) -> Mapping[str, Any]:
     return decoded if isinstance(decoded, dict) else {}
 
 
-def _receipt(row: Mapping[str, Any]) -> Receipt:
+def _receipt(row: asyncpg.Record) -> Receipt:
     return Receipt(
         effect_id=row["effect_id"],
         status_code=row["status_code"],
@@ -128,7 +132,7 @@ def _receipt(row: Mapping[str, Any]) -> Receipt:
     )
 
 
-def _event(row: Mapping[str, Any]) -> EffectEvent:
+def _event(row: asyncpg.Record) -> EffectEvent:
     return EffectEvent(
         effect_id=row["effect_id"],
         seq=row["seq"],
@@ -182,10 +186,14 @@ class Store:
     async def check_master_key(self, key_id: str) -> None:
         """Refuse a master key other than the one that encrypted what is stored here."""
         async with _translated():
-            known = [row["key_id"] for row in await self._pool.fetch(self._sql["list_master_keys"])]
+            known = [
+                row["key_id"]
+                for row in await self._pool.fetch(self._sql["list_master_keys"])
+            ]
             if known and key_id not in known:
                 raise MasterKeyError(
-                    f"this database holds payloads encrypted under master key {known[0]}, "
+                    "this database holds payloads encrypted under master key "
+                    f"{known[0]}, "
                     f"but the configured master key is {key_id}; set "
                     "EFFECT_BROKER_MASTER_KEY to the key this ledger was created with"
                 )
@@ -288,7 +296,7 @@ class Store:
         """Move ``effect`` to ``to`` if nobody wrote it since it was read.
 
         ``lease`` keeps the effect claimed by ``lease_owner`` (RECONCILING); ``due_in``
-        sets when the reconciler should look again (RETRYABLE, OUTCOME_UNKNOWN, a requeue).
+        sets when the reconciler looks again (RETRYABLE, OUTCOME_UNKNOWN, a requeue).
         With neither, nothing is due: the effect is settled or waits for an operator.
         """
         if to in _SETTLED:
@@ -374,10 +382,13 @@ class Store:
 
     # -- the reconciler -----------------------------------------------------------------
 
-    async def claim_due(self, *, owner: str, lease: timedelta, limit: int) -> list[Effect]:
+    async def claim_due(
+        self, *, owner: str, lease: timedelta, limit: int
+    ) -> list[Effect]:
         """Lease effects whose wake-up time passed; rows another worker holds are skipped.
 
-        Claiming bumps the version, so whoever held an expired lease is fenced from now on.
+        Claiming bumps the version, so whoever held an expired lease is fenced from now
+        on.
         """
         async with _translated():
             rows = await self._pool.fetch(self._sql["claim_due"], limit, owner, lease)
@@ -399,7 +410,7 @@ class Store:
             )
         return _effect(row) if row is not None else None
 
-    async def list(
+    async def list_effects(
         self,
         tenant_id: str,
         where: EffectFilter | None = None,
@@ -428,7 +439,9 @@ class Store:
 
     async def receipt(self, tenant_id: str, effect_id: UUID) -> Receipt | None:
         async with _translated():
-            row = await self._pool.fetchrow(self._sql["get_receipt"], tenant_id, effect_id)
+            row = await self._pool.fetchrow(
+                self._sql["get_receipt"], tenant_id, effect_id
+            )
         return _receipt(row) if row is not None else None
 
     async def events(self, tenant_id: str, effect_id: UUID) -> list[EffectEvent]:
@@ -438,14 +451,16 @@ class Store:
 
     async def attempts(self, tenant_id: str, effect_id: UUID) -> list[Attempt]:
         async with _translated():
-            rows = await self._pool.fetch(self._sql["list_attempts"], tenant_id, effect_id)
+            rows = await self._pool.fetch(
+                self._sql["list_attempts"], tenant_id, effect_id
+            )
         return [
             Attempt(row["effect_id"], row["attempt_no"], row["owner"], row["started_at"])
             for row in rows
         ]
 
     async def verify_events(self, effect_id: UUID) -> int | None:
-        """The first event sequence whose digest chain does not hold, or None if intact."""
+        """The first event sequence whose digest chain breaks, or None if intact."""
         async with _translated():
             bad: int | None = await self._pool.fetchval(
                 self._sql["verify_events"], effect_id
