@@ -14,9 +14,10 @@ app = typer.Typer(
 
 def _register() -> None:
     """Attach command groups; each lives in its own module under ``effect_broker.cli``."""
-    from effect_broker.cli import routes
+    from effect_broker.cli import migrate, routes
 
     app.add_typer(routes.routes_app, name="routes")
+    app.command(name="migrate")(migrate.migrate)
 
 
 def main() -> None:

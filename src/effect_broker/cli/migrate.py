@@ -1,0 +1,54 @@
+"""``effect-broker migrate``: bring a ledger database to this build's schema."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from effect_broker.errors import EffectBrokerError
+from effect_broker.store import Store
+from effect_broker.store.migrations import Migration, load_migrations
+
+DatabaseUrl = Annotated[
+    str | None,
+    typer.Option(
+        "--database-url",
+        envvar="EFFECT_BROKER_DATABASE_URL",
+        help="PostgreSQL DSN of the ledger.",
+        show_default=False,
+    ),
+]
+
+
+async def _migrate(database_url: str) -> list[Migration]:
+    store = await Store.connect(database_url, max_size=1)
+    try:
+        return await store.migrate()
+    finally:
+        await store.close()
+
+
+def migrate(database_url: DatabaseUrl = None) -> None:
+    """Apply pending migrations; safe to run again and from several places at once."""
+    console = Console()
+    if not database_url:
+        console.print(
+            "[red]error:[/] no database: pass --database-url or set "
+            "EFFECT_BROKER_DATABASE_URL (`effect-broker up` migrates its embedded "
+            "PostgreSQL by itself)"
+        )
+        raise typer.Exit(2)
+    try:
+        applied = {migration.version for migration in asyncio.run(_migrate(database_url))}
+    except EffectBrokerError as exc:
+        console.print(f"[red]error:[/] {exc.message}")
+        raise typer.Exit(1) from exc
+    table = Table("version", "migration", "status", title="Ledger schema")
+    for migration in load_migrations():
+        status = "[green]applied now[/]" if migration.version in applied else "up to date"
+        table.add_row(f"{migration.version:04d}", migration.name, status)
+    console.print(table)
