@@ -77,6 +77,13 @@ class StoreUnavailable(EffectBrokerError):
     status = 503
 
 
+class BrokenHistory(EffectBrokerError):
+    """The events do not form one unbroken sequence of consistent moves."""
+
+    problem_type = "broken-history"
+    status = 500
+
+
 class MasterKeyError(EffectBrokerError):
     """The master key is missing or malformed."""
 

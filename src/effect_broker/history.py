@@ -10,11 +10,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
+from effect_broker.errors import BrokenHistory
 from effect_broker.models import EffectEvent, EffectStatus
-
-
-class BrokenHistory(ValueError):
-    """The events do not form one unbroken sequence of consistent moves."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,6 +8,7 @@ from uuid import UUID
 
 import pytest
 
+from effect_broker.errors import EffectBrokerError
 from effect_broker.history import BrokenHistory, HistoryState, fold_events
 from effect_broker.models import EffectEvent
 from effect_broker.models import EffectStatus as S
@@ -160,5 +161,6 @@ def test_a_sequence_before_the_first_is_refused(at_sequence: int) -> None:
         fold_events(HISTORY, at_sequence=at_sequence)
 
 
-def test_broken_history_is_a_value_error() -> None:
-    assert issubclass(BrokenHistory, ValueError)
+def test_broken_history_maps_to_a_problem_type() -> None:
+    assert issubclass(BrokenHistory, EffectBrokerError)
+    assert BrokenHistory.problem_type == "broken-history"

@@ -57,11 +57,6 @@ def test_a_duplicate_name_is_refused() -> None:
         parse_query_blocks(text)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=ValueError,
-    reason="bug: zip(headers, [*headers[1:], None], strict=True) fails with no header",
-)
 def test_text_without_headers_has_no_blocks() -> None:
     assert dict(parse_query_blocks("-- only a comment\nSELECT 1;\n")) == {}
 

@@ -82,6 +82,11 @@ def _pending(applied: dict[int, str], shipped: tuple[Migration, ...]) -> list[Mi
             f"the database has migration {unknown[-1]:04d}, newer than this build knows; "
             "upgrade effect-broker instead of running an older one against it"
         )
+    if sorted(applied) != list(range(1, len(applied) + 1)):
+        raise MigrationError(
+            f"the database recorded migrations {sorted(applied)}, which is not an unbroken "
+            "sequence from 0001; repair schema_migrations by hand before migrating"
+        )
     for migration in shipped:
         recorded = applied.get(migration.version)
         if recorded is not None and recorded != migration.checksum:

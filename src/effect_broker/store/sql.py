@@ -8,15 +8,15 @@ from functools import cache
 from importlib import resources
 from types import MappingProxyType
 
-_BLOCK_HEADER = re.compile(r"^-- ([a-z_]+) --$", re.MULTILINE)
+_BLOCK_HEADER = re.compile(r"^-- ([a-z_][a-z0-9_]*) --$", re.MULTILINE)
 
 
 def parse_query_blocks(text: str) -> Mapping[str, str]:
     """Split ``-- name --`` blocks; the comment lines inside a block are kept as is."""
     headers = list(_BLOCK_HEADER.finditer(text))
     queries: dict[str, str] = {}
-    for header, following in zip(headers, [*headers[1:], None], strict=True):
-        end = following.start() if following else len(text)
+    ends = [header.start() for header in headers[1:]] + [len(text)]
+    for header, end in zip(headers, ends, strict=False):
         body = text[header.end() : end].strip()
         if header.group(1) in queries:
             raise ValueError(f"query {header.group(1)!r} is defined twice")
