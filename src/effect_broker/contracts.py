@@ -1,0 +1,161 @@
+"""The validated routes.yaml, as frozen values.
+
+The proxy pins a contract name and version into every effect it records, so these objects
+must not change under it: every class is a frozen, slotted dataclass and every collection
+is a tuple, a frozenset or a read-only mapping. Only ``effect_broker.routes_file`` builds
+them from a file; it has already refused anything inconsistent, so consumers can trust
+the invariants noted on each class without re-checking them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import timedelta
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Literal, TypeVar
+from urllib.parse import quote
+
+from effect_broker.models import SafetyClass
+
+if TYPE_CHECKING:
+    from effect_broker.routing import RouteTable
+
+DOWNSTREAM_KEY_PLACEHOLDER = "{downstream_key}"
+DEFAULT_OPERATION_KEY_HEADER = "Operation-Key"
+DEFAULT_TIMEOUT = timedelta(seconds=10)
+DEFAULT_RETRY_LIMIT = 5
+
+UnmatchedPolicy = Literal["pass", "reject-mutating"]
+ConnectPolicy = Literal["tunnel", "refuse"]
+
+K = TypeVar("K")
+V = TypeVar("V")
+
+
+def _frozen_mapping(value: Mapping[K, V]) -> Mapping[K, V]:
+    return value if isinstance(value, MappingProxyType) else MappingProxyType(dict(value))
+
+
+@dataclass(frozen=True, slots=True)
+class Probe:
+    """An authoritative lookup by correlation key (reconcilable contracts only).
+
+    Only the statuses listed here are conclusive; anything else, a timeout included, is
+    "unknown" and never licenses a redispatch. ``path`` contains ``{downstream_key}``.
+    """
+
+    method: str
+    path: str
+    found_statuses: frozenset[int]
+    absent_statuses: frozenset[int]
+    external_id: str | None = None  # JSON pointer into a "found" body
+
+    def path_for(self, downstream_key: str) -> str:
+        """The probe path for one effect; the key is quoted so it stays one path item."""
+        return self.path.replace(
+            DOWNSTREAM_KEY_PLACEHOLDER, quote(downstream_key, safe="")
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Contract:
+    """What a target promises, and so what the proxy may do after a lost response.
+
+    Invariants from the loader: idempotent has ``idempotency_header`` and
+    ``key_retention``; reconcilable has ``correlation_header``, ``probe`` and
+    ``settlement_bound``; no contract carries a field its class does not use.
+    """
+
+    name: str
+    version: str
+    safety: SafetyClass
+    idempotency_header: str | None = None
+    correlation_header: str | None = None
+    key_retention: timedelta | None = None
+    settlement_bound: timedelta | None = None
+    timeout: timedelta = DEFAULT_TIMEOUT
+    retry_limit: int = DEFAULT_RETRY_LIMIT
+    probe: Probe | None = None
+
+    @property
+    def downstream_header(self) -> str | None:
+        """The header that carries the derived downstream key, or None (unsafe)."""
+        if self.safety is SafetyClass.IDEMPOTENT:
+            return self.idempotency_header
+        if self.safety is SafetyClass.RECONCILABLE:
+            return self.correlation_header
+        return None
+
+    @property
+    def ref(self) -> str:
+        return f"{self.name}@{self.version}"
+
+
+@dataclass(frozen=True, slots=True)
+class RouteMatch:
+    """Which requests a route owns; see ``effect_broker.routing`` for the exact rules.
+
+    ``methods`` are upper case; ``host`` is normalized (lower case, no default port) and
+    None means reverse mode (a path on the sidecar itself), not "any host".
+    """
+
+    methods: frozenset[str]
+    host: str | None
+    path: str
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    """One matched family of requests, bound to its resolved contract.
+
+    ``inject_headers`` holds templates such as ``Bearer ${env:STRIPE_SECRET_KEY}``, never
+    secret values: ``routes_file.resolve_inject_headers`` resolves them at start.
+    """
+
+    name: str
+    match: RouteMatch
+    contract: Contract
+    upstream: str | None = None
+    strip_prefix: str | None = None
+    inject_headers: Mapping[str, str] = field(
+        default_factory=lambda: MappingProxyType({})
+    )
+    operation_key_header: str = DEFAULT_OPERATION_KEY_HEADER
+    source: str = "<config>"
+    line: int | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "inject_headers", _frozen_mapping(self.inject_headers))
+
+    @property
+    def mode(self) -> Literal["forward", "reverse"]:
+        return "reverse" if self.match.host is None else "forward"
+
+
+@dataclass(frozen=True, slots=True)
+class ProxyPolicy:
+    """Proxy-wide behaviour for what no route claims."""
+
+    operation_key_header: str = DEFAULT_OPERATION_KEY_HEADER
+    unmatched: UnmatchedPolicy = "pass"
+    connect: ConnectPolicy = "tunnel"
+
+
+@dataclass(frozen=True, slots=True)
+class RoutesConfig:
+    """A whole validated routes file; ``table`` is the match index, built once here."""
+
+    version: int
+    proxy: ProxyPolicy
+    contracts: Mapping[str, Contract]
+    routes: tuple[Route, ...]
+    source: str = "<config>"
+    table: RouteTable = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        from effect_broker.routing import RouteTable  # routing imports this module
+
+        object.__setattr__(self, "contracts", _frozen_mapping(self.contracts))
+        object.__setattr__(self, "routes", tuple(self.routes))
+        object.__setattr__(self, "table", RouteTable(self.routes))

@@ -1,0 +1,78 @@
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from effect_broker.cli import _register, app
+
+ROOT_ROUTES = Path(__file__).resolve().parents[2] / "routes.yaml"
+
+# _register() adds the command groups each time it runs; add them only once.
+if not any(group.name == "routes" for group in app.registered_groups):
+    _register()
+
+runner = CliRunner()
+
+
+def test_validate_prints_routes_and_contracts_tables() -> None:
+    result = runner.invoke(app, ["routes", "validate", str(ROOT_ROUTES)])
+    assert result.exit_code == 0, result.output
+    out = result.stdout
+    assert "Routes" in out and "Contracts" in out
+    for cell in (
+        "stripe-charges",
+        "(reverse)",
+        "payments.internal",
+        "/stripe/v1/charges",
+        "https://api.stripe.com",
+        "payments.charge@1",
+        "tickets.create@3",
+        "email.send@1",
+        "reconcilable",
+        "Idempotency-Key",
+        "X-Correlation-Id",
+        "1d",
+        "2s",
+        "10s",
+    ):
+        assert cell in out, cell
+    assert "valid (4 routes)" in out
+    assert result.stderr == ""
+
+
+def test_validate_reports_file_line_field_and_exits_1(tmp_path: Path) -> None:
+    broken = tmp_path / "routes.yaml"
+    broken.write_text(
+        textwrap.dedent("""\
+            version: 1
+            contracts:
+              - name: pay
+                version: "1"
+                safety: idempotent
+                idempotency_header: Idempotency-Key
+            routes:
+              - name: charge
+                match: {method: POST, host: pay.internal, path: /c}
+                contract: missing
+            """)
+    )
+    result = runner.invoke(app, ["routes", "validate", str(broken)])
+    assert result.exit_code == 1
+    lines = result.stderr.splitlines()
+    assert (
+        f"{broken}:3: contracts[0].key_retention: idempotent contracts need" in lines[0]
+    )
+    assert lines[1].startswith(f"{broken}:10: routes[0].contract: no contract named")
+    assert lines[2] == f"{broken}: 2 issues"
+    assert "Routes" not in result.stdout
+
+
+def test_validate_missing_file_is_a_clean_error(tmp_path: Path) -> None:
+    missing = tmp_path / "nope.yaml"
+    result = runner.invoke(app, ["routes", "validate", str(missing)])
+    assert result.exit_code == 1
+    assert f"{missing}: (file): no such file" in result.stderr
+    assert "Traceback" not in result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit)

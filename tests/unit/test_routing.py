@@ -1,0 +1,214 @@
+"""Route matching: a table of requests, and properties of the overlap check."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from effect_broker.contracts import Contract, ProxyPolicy, Route, RouteMatch, RoutesConfig
+from effect_broker.models import SafetyClass
+from effect_broker.routing import (
+    RouteTable,
+    is_mutating,
+    match_route,
+    normalize_host,
+    overlap_witness,
+    parse_path_pattern,
+    routes_overlap,
+)
+
+CONTRACT = Contract(name="c", version="1", safety=SafetyClass.UNSAFE)
+
+
+def route(name: str, methods: str, host: str | None, path: str) -> Route:
+    match = RouteMatch(methods=frozenset(methods.split(",")), host=host, path=path)
+    return Route(name=name, match=match, contract=CONTRACT, upstream="http://up")
+
+
+TABLE = RouteTable(
+    [
+        route("charge", "POST", "payments.internal", "/v1/charges"),
+        route("capture", "POST,PUT", "payments.internal", "/v1/charges/{id}/capture"),
+        route("alt-port", "POST", "payments.internal:8443", "/v1/charges"),
+        route("ipv6", "POST", "[::1]", "/v1/charges"),
+        route("stripe", "POST", None, "/stripe/v1/charges"),
+        route("root", "DELETE", None, "/"),
+    ]
+)
+
+
+@pytest.mark.parametrize(
+    ("method", "host", "path", "expected"),
+    [
+        ("POST", "payments.internal", "/v1/charges", "charge"),
+        ("post", "PAYMENTS.Internal", "/v1/charges", "charge"),
+        ("POST", "payments.internal:80", "/v1/charges", "charge"),
+        ("POST", "payments.internal:443", "/v1/charges", "charge"),
+        ("POST", "payments.internal.", "/v1/charges", "charge"),
+        ("POST", "payments.internal", "/v1/charges/", "charge"),
+        ("POST", "payments.internal", "//v1//charges", "charge"),
+        ("POST", "payments.internal:8443", "/v1/charges", "alt-port"),
+        ("POST", "payments.internal:8080", "/v1/charges", None),
+        ("POST", "[::1]:80", "/v1/charges", "ipv6"),
+        ("GET", "payments.internal", "/v1/charges", None),
+        ("POST", "payments.internal", "/v1/Charges", None),
+        ("POST", "payments.internal", "/v1/charges/extra", None),
+        ("POST", "other.internal", "/v1/charges", None),
+        ("PUT", "payments.internal", "/v1/charges/ch_1/capture", "capture"),
+        ("POST", "payments.internal", "/v1/charges/ch_1/capture/", "capture"),
+        ("POST", "payments.internal", "/v1/charges//capture", None),
+        ("POST", "payments.internal", "/v1/charges/capture", None),
+        ("POST", None, "/stripe/v1/charges", "stripe"),
+        ("POST", "payments.internal", "/stripe/v1/charges", None),
+        ("POST", None, "/v1/charges", None),
+        ("DELETE", None, "/", "root"),
+        ("DELETE", None, "", "root"),
+        ("DELETE", None, "/x", None),
+    ],
+)
+def test_match_table(
+    method: str, host: str | None, path: str, expected: str | None
+) -> None:
+    found = TABLE.match(method=method, host=host, path=path)
+    assert (found.name if found else None) == expected
+
+
+def test_match_route_accepts_config_table_or_routes() -> None:
+    routes = TABLE.routes
+    config = RoutesConfig(
+        version=1, proxy=ProxyPolicy(), contracts={"c": CONTRACT}, routes=routes
+    )
+    for source in (config, TABLE, list(routes)):
+        found = match_route(source, method="POST", host=None, path="/stripe/v1/charges")
+        assert found is not None and found.name == "stripe"
+    assert config.table.match(method="POST", host=None, path="/nope") is None
+
+
+def test_connect_guard_ignores_the_port() -> None:
+    assert TABLE.is_guarded_host("payments.internal:443")
+    assert TABLE.is_guarded_host("Payments.Internal:9999")
+    assert TABLE.is_guarded_host("[::1]:443")
+    assert not TABLE.is_guarded_host("other.internal:443")
+
+
+@pytest.mark.parametrize(
+    ("method", "mutating"),
+    [("POST", True), ("delete", True), ("GET", False), ("head", False)],
+)
+def test_is_mutating(method: str, mutating: bool) -> None:
+    assert is_mutating(method) is mutating
+
+
+@pytest.mark.parametrize(
+    ("host", "normalized"),
+    [
+        ("A.Example:80", "a.example"),
+        ("a.example:0443", "a.example"),
+        ("a.example:8080", "a.example:8080"),
+        ("[::1]:443", "[::1]"),
+        ("[::1]:8080", "[::1]:8080"),
+    ],
+)
+def test_normalize_host(host: str, normalized: str) -> None:
+    assert normalize_host(host) == normalized
+
+
+def test_parse_path_pattern() -> None:
+    assert parse_path_pattern("/v1/charges/{id}/") == ("v1", "charges", None)
+    assert parse_path_pattern("/") == ()
+    with pytest.raises(ValueError, match="whole segment"):
+        parse_path_pattern("/v1/{id")
+
+
+def match_of(methods: str, host: str | None, path: str) -> RouteMatch:
+    return RouteMatch(methods=frozenset(methods.split(",")), host=host, path=path)
+
+
+@pytest.mark.parametrize(
+    ("a", "b", "overlap"),
+    [
+        (match_of("POST", "h", "/a/{x}"), match_of("POST", "H:80", "/{y}/b"), True),
+        (match_of("POST", "h", "/a/{x}"), match_of("PUT", "h", "/a/b"), False),
+        (match_of("POST", "h", "/a/{x}"), match_of("POST", "h:8080", "/a/b"), False),
+        (match_of("POST", "h", "/a/{x}"), match_of("POST", None, "/a/b"), False),
+        (match_of("POST", "h", "/a/{x}"), match_of("POST", "h", "/a/b/c"), False),
+        (match_of("POST", "h", "/a/b"), match_of("POST", "h", "/a/c"), False),
+        (match_of("GET,POST", None, "/a/"), match_of("POST,PUT", None, "/a"), True),
+    ],
+)
+def test_routes_overlap_examples(a: RouteMatch, b: RouteMatch, overlap: bool) -> None:
+    assert routes_overlap(a, b) is overlap
+
+
+# --- properties ---
+
+SEGMENTS = ("a", "b", "c")
+METHODS = ("GET", "POST", "PUT")
+ROUTE_HOSTS = (None, "h", "H:80", "h:8080")
+REQUEST_HOSTS = (None, "h", "h:443", "h:8080", "other")
+
+
+@st.composite
+def route_matches(draw: st.DrawFn) -> RouteMatch:
+    methods = draw(st.frozensets(st.sampled_from(METHODS), min_size=1))
+    host = draw(st.sampled_from(ROUTE_HOSTS))
+    parts = draw(st.lists(st.sampled_from((*SEGMENTS, None)), max_size=3))
+    path = "/" + "/".join(part or f"{{p{i}}}" for i, part in enumerate(parts))
+    return RouteMatch(methods=methods, host=host, path=path)
+
+
+@st.composite
+def requests(draw: st.DrawFn) -> tuple[str, str | None, str]:
+    parts = draw(st.lists(st.sampled_from(SEGMENTS), max_size=3))
+    slash = draw(st.sampled_from(("", "/")))
+    method = draw(st.sampled_from(METHODS))
+    return method, draw(st.sampled_from(REQUEST_HOSTS)), "/" + "/".join(parts) + slash
+
+
+def accepts(match: RouteMatch, request: tuple[str, str | None, str]) -> bool:
+    method, host, path = request
+    single = Route(name="r", match=match, contract=CONTRACT)
+    return match_route([single], method=method, host=host, path=path) is not None
+
+
+@given(route_matches(), route_matches(), requests())
+def test_overlap_is_sound(
+    a: RouteMatch, b: RouteMatch, request: tuple[str, str | None, str]
+) -> None:
+    if accepts(a, request) and accepts(b, request):
+        assert routes_overlap(a, b)
+
+
+@given(requests(), st.data())
+def test_overlap_is_sound_for_patterns_built_from_one_request(
+    request: tuple[str, str | None, str], data: st.DataObject
+) -> None:
+    """Two patterns derived from one request both match it: the case that counts."""
+    method, host, path = request
+    segments = [part for part in path.split("/") if part]
+
+    def derived() -> RouteMatch:
+        holes = data.draw(
+            st.lists(st.booleans(), min_size=len(segments), max_size=len(segments))
+        )
+        parts = [
+            f"{{p{i}}}" if hole else seg
+            for i, (seg, hole) in enumerate(zip(segments, holes, strict=True))
+        ]
+        extra = data.draw(st.frozensets(st.sampled_from(METHODS)))
+        return RouteMatch(methods=extra | {method}, host=host, path="/" + "/".join(parts))
+
+    a, b = derived(), derived()
+    assert accepts(a, request) and accepts(b, request)
+    assert routes_overlap(a, b)
+
+
+@given(route_matches(), route_matches())
+def test_overlap_is_symmetric_and_its_witness_matches_both(
+    a: RouteMatch, b: RouteMatch
+) -> None:
+    assert routes_overlap(a, b) == routes_overlap(b, a)
+    witness = overlap_witness(a, b)
+    if witness is not None:
+        assert accepts(a, witness) and accepts(b, witness)
