@@ -12,8 +12,18 @@ app = typer.Typer(
 )
 
 
+_registered = False
+
+
 def _register() -> None:
-    """Attach command groups; each lives in its own module under ``effect_broker.cli``."""
+    """Attach command groups; each lives in its own module under ``effect_broker.cli``.
+
+    Imports are deferred so ``effect-broker --help`` stays fast; calling twice is a no-op.
+    """
+    global _registered
+    if _registered:
+        return
+    _registered = True
     from effect_broker.cli import migrate, routes
 
     app.add_typer(routes.routes_app, name="routes")

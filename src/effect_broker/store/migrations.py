@@ -84,8 +84,8 @@ def _pending(applied: dict[int, str], shipped: tuple[Migration, ...]) -> list[Mi
         )
     if sorted(applied) != list(range(1, len(applied) + 1)):
         raise MigrationError(
-            f"the database recorded migrations {sorted(applied)}, which is not an unbroken "
-            "sequence from 0001; repair schema_migrations by hand before migrating"
+            f"the database recorded migrations {sorted(applied)}, which is not an "
+            "unbroken sequence from 0001; repair schema_migrations before migrating"
         )
     for migration in shipped:
         recorded = applied.get(migration.version)
