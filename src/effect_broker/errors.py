@@ -42,6 +42,62 @@ class PayloadMismatch(EffectBrokerError):
     status = 422
 
 
+class MissingOperationKey(EffectBrokerError):
+    """This route records effects: send an Operation-Key header naming the intent."""
+
+    problem_type = "missing-operation-key"
+    status = 400
+
+
+class InvalidOperationKey(EffectBrokerError):
+    """The Operation-Key must be 1-255 printable characters without control bytes."""
+
+    problem_type = "invalid-operation-key"
+    status = 400
+
+
+class InFlight(EffectBrokerError):
+    """This operation is being dispatched right now; retry after the Retry-After delay."""
+
+    problem_type = "in-flight"
+    status = 409
+
+
+class OutcomeUnknown(EffectBrokerError):
+    """The target may or may not have applied this effect; it will not be retried."""
+
+    problem_type = "outcome-unknown"
+    status = 409
+
+
+class BodyTooLarge(EffectBrokerError):
+    """The request body is larger than this proxy accepts."""
+
+    problem_type = "body-too-large"
+    status = 413
+
+
+class RouteRefused(EffectBrokerError):
+    """This proxy refuses the request by policy."""
+
+    problem_type = "route-refused"
+    status = 403
+
+
+class UpstreamUnreachable(EffectBrokerError):
+    """The target could not be reached; nothing was sent, so a retry is safe."""
+
+    problem_type = "upstream-unreachable"
+    status = 502
+
+
+class ProxyAuthenticationRequired(EffectBrokerError):
+    """This gateway needs Proxy-Authorization with a tenant API key."""
+
+    problem_type = "proxy-authentication-required"
+    status = 407
+
+
 class StaleVersion(EffectBrokerError):
     """The effect changed since it was read; the write was fenced."""
 

@@ -27,5 +27,13 @@ class Settings(BaseSettings):
     data_dir: Path = Field(
         Path(".effect-broker"), description="Where `up` keeps its database and key."
     )
+    max_request_bytes: int = Field(
+        10 * 1024 * 1024, ge=0, description="Largest request body accepted (413 beyond)."
+    )
+    max_receipt_bytes: int = Field(
+        10 * 1024 * 1024,
+        ge=0,
+        description="Largest response body kept in a receipt; see README for beyond.",
+    )
     pool_min_size: int = Field(1, ge=1)
     pool_max_size: int = Field(10, ge=1)

@@ -74,24 +74,32 @@ def with_routes(routes: str) -> str:
 # --- the files that load ---
 
 
-def test_root_routes_yaml_loads_without_secrets(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("STRIPE_SECRET_KEY", raising=False)
+def test_root_routes_yaml_loads() -> None:
     config = load_routes(ROOT_ROUTES)
     assert set(config.contracts) == {"payments.charge", "tickets.create", "email.send"}
     assert [route.name for route in config.routes] == [
         "charge",
-        "stripe-charges",
+        "payments",
         "tickets",
         "email",
     ]
     safeties = {route.name: route.contract.safety for route in config.routes}
     assert safeties["tickets"] is SafetyClass.RECONCILABLE
     assert safeties["email"] is SafetyClass.UNSAFE
-    stripe = config.routes[1]
+    assert config.routes[1].strip_prefix == "/payments"
+    assert config.routes[0].match.host == "payments.internal"
+    assert config.routes[0].upstream == "http://127.0.0.1:9000/idempotent"
+
+
+def test_the_stripe_example_loads_without_its_secret(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("STRIPE_SECRET_KEY", raising=False)
+    config = load_routes(ROOT_ROUTES.parent / "examples" / "stripe-routes.yaml")
+    [stripe] = config.routes
     assert stripe.inject_headers == {"Authorization": "Bearer ${env:STRIPE_SECRET_KEY}"}
     assert stripe.strip_prefix == "/stripe"
-    assert config.routes[0].match.host == "payments.internal"
-    assert config.routes[0].upstream == "http://127.0.0.1:9000"
+    assert stripe.upstream == "https://api.stripe.com"
 
 
 def test_a_valid_file_builds_resolved_frozen_values() -> None:

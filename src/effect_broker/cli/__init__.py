@@ -24,10 +24,11 @@ def _register() -> None:
     if _registered:
         return
     _registered = True
-    from effect_broker.cli import migrate, routes
+    from effect_broker.cli import migrate, routes, serve
 
     app.add_typer(routes.routes_app, name="routes")
     app.command(name="migrate")(migrate.migrate)
+    app.command(name="serve")(serve.serve)
 
 
 def main() -> None:

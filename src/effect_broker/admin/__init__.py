@@ -1,0 +1,1 @@
+"""The admin port: health, readiness, and (later) effects for operators."""

@@ -1,0 +1,40 @@
+"""Options shared by the commands that start a proxy: flags override the environment."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from effect_broker.settings import Settings
+
+Routes = Annotated[
+    Path | None,
+    typer.Option("--routes", help="routes.yaml to serve [env: EFFECT_BROKER_ROUTES]"),
+]
+DatabaseUrl = Annotated[
+    str | None,
+    typer.Option(
+        "--database-url", help="PostgreSQL DSN [env: EFFECT_BROKER_DATABASE_URL]"
+    ),
+]
+Listen = Annotated[
+    str | None,
+    typer.Option("--listen", help="proxy host:port [env: EFFECT_BROKER_LISTEN]"),
+]
+AdminListen = Annotated[
+    str | None,
+    typer.Option(
+        "--admin-listen", help="admin host:port [env: EFFECT_BROKER_ADMIN_LISTEN]"
+    ),
+]
+Tenant = Annotated[
+    str | None,
+    typer.Option("--tenant", help="sidecar tenant [env: EFFECT_BROKER_TENANT]"),
+]
+
+
+def settings_from(**flags: Any) -> Settings:
+    """Settings from the environment, with every flag the user gave on top."""
+    return Settings(**{name: value for name, value in flags.items() if value is not None})

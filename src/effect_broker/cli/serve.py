@@ -1,0 +1,78 @@
+"""``effect-broker serve``: the proxy and admin ports against an existing database."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import typer
+from rich.console import Console
+
+from effect_broker.cli.options import (
+    AdminListen,
+    DatabaseUrl,
+    Listen,
+    Routes,
+    Tenant,
+    settings_from,
+)
+from effect_broker.errors import EffectBrokerError
+from effect_broker.failpoints import ARMED
+from effect_broker.routes_file import load_routes
+from effect_broker.runtime import open_runtime
+from effect_broker.server import serve_until_stopped
+from effect_broker.settings import Settings
+
+console = Console(stderr=True)
+
+
+def announce_failpoints() -> None:
+    if ARMED:
+        console.print(
+            f"[bold red]FAILPOINTS ARMED: {', '.join(sorted(ARMED))}. This process will "
+            "kill itself on purpose; never run it in production.[/]"
+        )
+
+
+async def run_proxy(settings: Settings, *, migrate: bool = False) -> None:
+    config = load_routes(settings.routes)
+    async with open_runtime(settings, config, migrate=migrate) as state:
+
+        def ready(proxy: tuple[str, int], admin: tuple[str, int]) -> None:
+            console.print(
+                f"effect-broker proxy on http://{proxy[0]}:{proxy[1]}, admin on "
+                f"http://{admin[0]}:{admin[1]}, tenant {settings.tenant!r}, "
+                f"{len(config.routes)} routes from {settings.routes}",
+                highlight=False,
+            )
+
+        await serve_until_stopped(
+            state,
+            listen=settings.listen,
+            admin_listen=settings.admin_listen,
+            on_ready=ready,
+        )
+
+
+def serve(
+    routes: Routes = None,
+    database_url: DatabaseUrl = None,
+    listen: Listen = None,
+    admin_listen: AdminListen = None,
+    tenant: Tenant = None,
+) -> None:
+    """Serve the proxy (default 127.0.0.1:8080) and admin API (127.0.0.1:8081)."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    announce_failpoints()
+    settings = settings_from(
+        routes=routes,
+        database_url=database_url,
+        listen=listen,
+        admin_listen=admin_listen,
+        tenant=tenant,
+    )
+    try:
+        asyncio.run(run_proxy(settings))
+    except EffectBrokerError as exc:
+        console.print(f"[red]error:[/] {exc.message}", highlight=False)
+        raise typer.Exit(1) from exc

@@ -1,0 +1,1 @@
+"""The HTTP side of effect-broker: the aiohttp proxy that puts the ledger in the path."""

@@ -1,0 +1,117 @@
+"""The proxy application: one catch-all handler in front of the request flow.
+
+Built by a factory around a ``ProxyState`` (see ``runtime``); every error a request can
+raise becomes problem+json here, in one place.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from aiohttp import web
+from aiohttp.typedefs import Handler
+
+from effect_broker.errors import (
+    BodyTooLarge,
+    EffectBrokerError,
+    RouteRefused,
+    StoreUnavailable,
+)
+from effect_broker.proxy.flow import EffectProblem, EffectRequest, is_absolute_form
+from effect_broker.proxy.passthrough import pass_through
+from effect_broker.proxy.problems import problem_response
+from effect_broker.proxy.state import PROXY_STATE, ProxyState
+from effect_broker.routing import is_mutating
+
+log = logging.getLogger("effect_broker.proxy")
+
+
+class RouteNotFound(EffectBrokerError):
+    """No route matches this request on the sidecar."""
+
+    problem_type = "route-not-found"
+    status = 404
+
+
+async def handle(request: web.Request) -> web.StreamResponse:
+    state = request.app[PROXY_STATE]
+    forward = is_absolute_form(request)
+    route = state.config.table.match(
+        method=request.method,
+        host=request.url.host if forward else None,
+        path=request.path,
+    )
+    if route is None:
+        return await unmatched(request, state, forward=forward)
+    return await EffectRequest(state, route, request).handle()
+
+
+async def unmatched(
+    request: web.Request, state: ProxyState, *, forward: bool
+) -> web.StreamResponse:
+    if state.config.proxy.unmatched == "reject-mutating" and is_mutating(request.method):
+        return problem_response(
+            RouteRefused(
+                f"strict mode: no route records {request.method} {request.path}, and "
+                "unmatched mutating requests are refused; add a route to routes.yaml"
+            )
+        )
+    if not forward:
+        return problem_response(
+            RouteNotFound(
+                f"no route matches {request.method} {request.path}; reverse-mode "
+                "requests need a route prefix from routes.yaml"
+            )
+        )
+    return await pass_through(request, state.session)
+
+
+def refuse_connect(request: web.Request, state: ProxyState) -> web.Response:
+    """A CONNECT tunnel hides method, path and body: the ledger cannot see inside it."""
+    host = request.raw_path
+    if state.config.table.is_guarded_host(host):
+        why = (
+            f"{host} has routes that record effects, and a CONNECT tunnel would hide "
+            "them from the ledger. Send plain http:// to this proxy (it forwards to "
+            "the route's https:// upstream) instead of tunnelling"
+        )
+    else:
+        why = "CONNECT tunnels are not supported by this proxy; send plain http://"
+    return problem_response(RouteRefused(why), status=403)
+
+
+@web.middleware
+async def problems_middleware(
+    request: web.Request, handler: Handler
+) -> web.StreamResponse:
+    if request.method == "CONNECT":  # authority-form target: the router cannot match it
+        return refuse_connect(request, request.app[PROXY_STATE])
+    try:
+        return await handler(request)
+    except EffectProblem as problem:
+        return problem.response()
+    except StoreUnavailable as exc:
+        log.error("ledger unavailable: %s", exc)
+        return problem_response(
+            StoreUnavailable("the ledger database is unreachable; nothing was sent"),
+        )
+    except EffectBrokerError as exc:
+        return problem_response(exc)
+    except web.HTTPRequestEntityTooLarge:
+        return problem_response(BodyTooLarge())
+    except web.HTTPException:
+        raise
+    except Exception:
+        log.exception("unexpected error on %s %s", request.method, request.path)
+        return problem_response(
+            EffectBrokerError("the proxy failed unexpectedly; the error is in its log")
+        )
+
+
+def build_proxy_app(state: ProxyState) -> web.Application:
+    app = web.Application(
+        middlewares=[problems_middleware], client_max_size=state.max_request_bytes
+    )
+    app[PROXY_STATE] = state
+    app.router.add_route("*", "/{tail:.*}", handle)
+    return app

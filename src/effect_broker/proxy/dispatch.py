@@ -1,0 +1,179 @@
+"""One dispatch of a recorded effect, from lease to settled ledger row.
+
+Used by the request path and by the reconciler's redispatch alike, so both follow the
+same order: commit DISPATCHING and the attempt before any byte leaves, send once, then
+write what the answer proves. Every write is fenced by the effect's version.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from datetime import timedelta
+
+import aiohttp
+
+from effect_broker import failpoints
+from effect_broker.contracts import Contract
+from effect_broker.crypto import Keyring
+from effect_broker.models import Effect, EffectStatus, ReceiptSource
+from effect_broker.proxy.messages import StoredRequest, StoredResponse, encode_response
+from effect_broker.proxy.outcomes import (
+    backoff,
+    next_look_when_unknown,
+    status_after_answer,
+)
+from effect_broker.proxy.upstream import AttemptResult, Delivery, send
+from effect_broker.store import Store
+
+TRUNCATED_HEADER = "Effect-Receipt-Truncated"
+
+
+@dataclass(frozen=True, slots=True)
+class Dispatched:
+    """The settled (or unsettled) effect and what the target said, if anything."""
+
+    effect: Effect
+    attempt: AttemptResult
+
+
+class Dispatcher:
+    def __init__(
+        self,
+        *,
+        store: Store,
+        keyring: Keyring,
+        session: aiohttp.ClientSession,
+        owner: str,
+        max_receipt_bytes: int,
+        lease_grace: timedelta = timedelta(seconds=5),
+    ) -> None:
+        self._store = store
+        self._keyring = keyring
+        self._session = session
+        self._owner = owner
+        self._max_receipt_bytes = max_receipt_bytes
+        self._lease_grace = lease_grace
+        self._rng = random.Random()
+
+    async def dispatch(
+        self, effect: Effect, contract: Contract, request: StoredRequest
+    ) -> Dispatched:
+        """Send ``request`` (final headers included) once for ``effect``.
+
+        Raises ``StaleVersion`` when another worker moved the effect first: then this
+        one sent nothing, or its late answer is not the ledger's to record.
+        """
+        effect = await self._store.start_attempt(
+            effect,
+            owner=self._owner,
+            lease=contract.timeout + self._lease_grace,
+            key_retention=contract.key_retention,
+            settlement_bound=contract.settlement_bound,
+        )
+        failpoints.hit(failpoints.BEFORE_UPSTREAM_SEND)
+        attempt = await send(
+            self._session,
+            method=request.method,
+            url=request.url,
+            headers=request.headers,
+            body=request.body,
+            timeout=contract.timeout,
+            max_body=self._max_receipt_bytes,
+        )
+        failpoints.hit(failpoints.AFTER_UPSTREAM_RESPONSE)
+        try:
+            settled = await self._settle(effect, contract, attempt)
+        except BaseException:
+            attempt.release()
+            raise
+        return Dispatched(settled, attempt)
+
+    async def _settle(
+        self, effect: Effect, contract: Contract, attempt: AttemptResult
+    ) -> Effect:
+        if attempt.delivery is Delivery.NOT_SENT:
+            return await self._store.transition(
+                effect,
+                EffectStatus.RETRYABLE,
+                kind="not_sent",
+                actor=self._owner,
+                due_in=backoff(effect.attempts, rng=self._rng),
+                error=attempt.detail,
+            )
+        if attempt.delivery is Delivery.UNKNOWN or attempt.response is None:
+            return await self._mark_unknown(effect, contract, attempt.detail)
+
+        response = attempt.response
+        next_status = status_after_answer(response.status, effect.safety)
+        if (
+            next_status is EffectStatus.RETRYABLE
+            and effect.attempts < contract.retry_limit
+        ):
+            return await self._store.transition(
+                effect,
+                EffectStatus.RETRYABLE,
+                kind="refused",
+                actor=self._owner,
+                due_in=backoff(effect.attempts, rng=self._rng),
+                error=f"target answered {response.status}",
+            )
+        if next_status is EffectStatus.OUTCOME_UNKNOWN:
+            return await self._mark_unknown(
+                effect, contract, f"target answered {response.status}"
+            )
+        if next_status is EffectStatus.RETRYABLE:
+            next_status = EffectStatus.FAILED_FINAL  # out of attempts: final as answered
+        return await self.record_receipt(effect, next_status, response, attempt)
+
+    async def record_receipt(
+        self,
+        effect: Effect,
+        status: EffectStatus,
+        response: StoredResponse,
+        attempt: AttemptResult | None = None,
+        *,
+        source: ReceiptSource = ReceiptSource.RESPONSE,
+        external_id: str | None = None,
+    ) -> Effect:
+        overflow = attempt is not None and attempt.overflow is not None
+        kept = (
+            StoredResponse(
+                response.status,
+                response.reason,
+                [*response.headers, (TRUNCATED_HEADER, "true")],
+                b"",
+            )
+            if overflow
+            else response
+        )
+        sealed = self._keyring.encrypt(
+            tenant_id=effect.tenant_id,
+            effect_id=str(effect.effect_id),
+            kind="response",
+            plaintext=encode_response(kept),
+        )
+        settled, _ = await self._store.record_receipt(
+            effect,
+            status=status,
+            status_code=response.status,
+            response_ciphertext=sealed,
+            source=source,
+            actor=self._owner,
+            external_id=external_id,
+            details={"body_omitted": True} if overflow else None,
+        )
+        failpoints.hit(failpoints.AFTER_RECEIPT_COMMIT)
+        return settled
+
+    async def _mark_unknown(self, effect: Effect, contract: Contract, why: str) -> Effect:
+        return await self._store.transition(
+            effect,
+            EffectStatus.OUTCOME_UNKNOWN,
+            kind="outcome_unknown",
+            actor=self._owner,
+            due_in=next_look_when_unknown(
+                effect.safety, effect.attempts, contract.settlement_bound, rng=self._rng
+            ),
+            error=why,
+        )

@@ -1,0 +1,93 @@
+"""Which headers cross the proxy, in each direction (pure, no I/O).
+
+The target must see exactly one idempotency or correlation key, the derived one: whatever
+the client sent under that name is replaced, never merged. Proxy plumbing (hop-by-hop
+headers, ``Proxy-Authorization``, the operation key) never leaves.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+# RFC 9110 section 7.6.1, plus the de facto proxy headers that are hop-by-hop in practice.
+HOP_BY_HOP = frozenset(
+    {
+        "connection",
+        "keep-alive",
+        "proxy-authenticate",
+        "proxy-authorization",
+        "proxy-connection",
+        "te",
+        "trailer",
+        "transfer-encoding",
+        "upgrade",
+    }
+)
+
+Headers = list[tuple[str, str]]
+
+
+def _connection_tokens(headers: Iterable[tuple[str, str]]) -> set[str]:
+    """Headers named in ``Connection`` are hop-by-hop for this message too."""
+    tokens: set[str] = set()
+    for name, value in headers:
+        if name.lower() == "connection":
+            tokens.update(t.strip().lower() for t in value.split(",") if t.strip())
+    return tokens
+
+
+def end_to_end(headers: Iterable[tuple[str, str]]) -> Headers:
+    """The headers minus everything that belongs to one connection only."""
+    pairs = list(headers)
+    drop = HOP_BY_HOP | _connection_tokens(pairs)
+    return [(name, value) for name, value in pairs if name.lower() not in drop]
+
+
+def upstream_request_headers(
+    incoming: Iterable[tuple[str, str]],
+    *,
+    operation_key_header: str,
+    downstream_header: str | None,
+    downstream_key: str | None,
+    inject: Mapping[str, str],
+) -> Headers:
+    """Headers for the upstream request of a recorded effect.
+
+    ``Host`` and ``Content-Length`` are left to the HTTP client, which derives them from
+    the upstream URL and the unchanged body bytes.
+    """
+    replaced = {operation_key_header.lower(), "host", "content-length"}
+    replaced.update(name.lower() for name in inject)
+    if downstream_header is not None:
+        replaced.add(downstream_header.lower())
+    headers = [
+        (name, value)
+        for name, value in end_to_end(incoming)
+        if name.lower() not in replaced
+    ]
+    headers.extend(inject.items())
+    if downstream_header is not None and downstream_key is not None:
+        headers.append((downstream_header, downstream_key))
+    return headers
+
+
+def passthrough_request_headers(incoming: Iterable[tuple[str, str]]) -> Headers:
+    """Headers for an unmatched request: untouched apart from connection plumbing."""
+    return [
+        (name, value)
+        for name, value in end_to_end(incoming)
+        if name.lower() not in {"host", "content-length"}
+    ]
+
+
+def response_headers(incoming: Iterable[tuple[str, str]]) -> Headers:
+    """Response headers worth keeping in a receipt and giving back to the client.
+
+    ``Content-Length`` is recomputed from the stored body; the body is kept exactly as the
+    target encoded it, so ``Content-Encoding`` stays true.
+    """
+    return [
+        (name, value)
+        for name, value in end_to_end(incoming)
+        if name.lower() != "content-length"
+    ]

@@ -1,0 +1,57 @@
+"""What a target's answer proves about a commit (pure, no I/O).
+
+The table is deliberately conservative: only an answer that shows the request was
+refused before anything happened may lead to another attempt of a non-idempotent
+effect. Everything ambiguous becomes OUTCOME_UNKNOWN.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from random import Random
+
+from effect_broker.models import EffectStatus, SafetyClass
+
+# Rate limiting is applied before a request is processed: a 429 proves no commit.
+_REFUSED_BEFORE_PROCESSING = frozenset({429})
+# "Try again" answers that may come after partial work; safe to resend only with a key.
+_RETRY_WITH_KEY = frozenset({503})
+_AMBIGUOUS_4XX = frozenset({408})
+
+
+def status_after_answer(status_code: int, safety: SafetyClass) -> EffectStatus:
+    """The effect's next status given the HTTP status the target answered with."""
+    if 200 <= status_code < 300 or status_code == 303:  # 303: done, result elsewhere
+        return EffectStatus.SUCCEEDED
+    if status_code in _REFUSED_BEFORE_PROCESSING:
+        return EffectStatus.RETRYABLE
+    if status_code in _RETRY_WITH_KEY and safety is SafetyClass.IDEMPOTENT:
+        return EffectStatus.RETRYABLE
+    if 300 <= status_code < 500 and status_code not in _AMBIGUOUS_4XX:
+        # Redirects (not followed) and client errors: refused, replayed as they are.
+        return EffectStatus.FAILED_FINAL
+    # 408 and 5xx prove nothing either way.
+    return EffectStatus.OUTCOME_UNKNOWN
+
+
+def backoff(
+    attempts: int, *, rng: Random, base: float = 1.0, cap: float = 300.0
+) -> timedelta:
+    """Exponential backoff with full jitter: spreads retries of many effects apart."""
+    ceiling = min(cap, base * 2 ** max(attempts - 1, 0))
+    return timedelta(seconds=rng.uniform(ceiling / 2, ceiling))
+
+
+def next_look_when_unknown(
+    safety: SafetyClass, attempts: int, settlement_bound: timedelta | None, *, rng: Random
+) -> timedelta | None:
+    """When the reconciler should look at an unknown effect again; None: only a person.
+
+    An unsafe effect is never retried or probed, so nothing is due for it: it waits,
+    visible in the list and the metrics, for an operator's resolution with evidence.
+    """
+    if safety is SafetyClass.IDEMPOTENT:
+        return backoff(attempts, rng=rng)
+    if safety is SafetyClass.RECONCILABLE:
+        return settlement_bound or backoff(attempts, rng=rng)
+    return None

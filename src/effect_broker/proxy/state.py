@@ -1,0 +1,31 @@
+"""Everything a proxy request needs, built once at start and shared through an AppKey."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import aiohttp
+from aiohttp import web
+
+from effect_broker.contracts import RoutesConfig
+from effect_broker.crypto import Keyring
+from effect_broker.proxy.dispatch import Dispatcher
+from effect_broker.store import Store
+
+
+@dataclass(frozen=True, slots=True)
+class ProxyState:
+    config: RoutesConfig
+    store: Store
+    keyring: Keyring
+    session: aiohttp.ClientSession
+    dispatcher: Dispatcher
+    tenant: str
+    owner: str
+    injected: Mapping[str, Mapping[str, str]]  # route name -> resolved header values
+    max_request_bytes: int
+    max_receipt_bytes: int
+
+
+PROXY_STATE = web.AppKey("proxy_state", ProxyState)

@@ -1,0 +1,121 @@
+"""One attempt at the target, classified by what it proves.
+
+aiohttp's error tree already separates "never connected" from "connected, then lost":
+``ClientConnectorError`` (refused, DNS, TLS handshake) and a connect timeout mean no byte
+of the request left, so a retry is safe for any contract. Anything after that (a read
+timeout, a reset, a disconnect mid-response) means the target may have committed: the
+outcome is unknown. aiohttp never retries a POST on its own, and this module adds no
+retry either: the state machine owns retries.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from datetime import timedelta
+from enum import StrEnum
+
+import aiohttp
+from yarl import URL
+
+from effect_broker.proxy.headers import Headers, response_headers
+from effect_broker.proxy.messages import StoredResponse
+
+
+class Delivery(StrEnum):
+    ANSWERED = "answered"  # the target sent a complete response
+    NOT_SENT = "not_sent"  # provably nothing left: connection never established
+    UNKNOWN = "unknown"  # bytes may have reached the target; its answer was lost
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptResult:
+    """What one attempt proved. ``overflow`` is the still-open answer when its body is
+    longer than a receipt may hold: ``response.body`` has the first bytes, the caller
+    streams the rest to the client and must ``release()``."""
+
+    delivery: Delivery
+    response: StoredResponse | None = None
+    detail: str = ""
+    overflow: aiohttp.ClientResponse | None = None
+
+    def release(self) -> None:
+        if self.overflow is not None:
+            self.overflow.release()
+
+
+def client_session(*, limit: int = 100) -> aiohttp.ClientSession:
+    """The upstream client: bodies passed through undecoded, no cookies, no env proxy."""
+    return aiohttp.ClientSession(
+        connector=aiohttp.TCPConnector(limit=limit, ttl_dns_cache=60),
+        auto_decompress=False,
+        cookie_jar=aiohttp.DummyCookieJar(),
+        trust_env=False,
+        skip_auto_headers=("User-Agent", "Accept-Encoding", "Accept", "Content-Type"),
+    )
+
+
+async def send(
+    session: aiohttp.ClientSession,
+    *,
+    method: str,
+    url: str,
+    headers: Headers,
+    body: bytes,
+    timeout: timedelta,
+    max_body: int,
+) -> AttemptResult:
+    """Send once and read at most ``max_body`` bytes of the answer."""
+    seconds = timeout.total_seconds()
+    response: aiohttp.ClientResponse | None = None
+    try:
+        async with asyncio.timeout(seconds):
+            response = await session.request(
+                method,
+                URL(url, encoded=True),
+                headers=headers,
+                data=body if body else None,
+                allow_redirects=False,
+                timeout=aiohttp.ClientTimeout(total=None, connect=seconds),
+            )
+            payload = await _read_up_to(response, max_body + 1)
+            overflow = len(payload) > max_body
+            if not overflow:
+                response.release()
+    except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError) as exc:
+        return AttemptResult(Delivery.NOT_SENT, detail=f"could not connect: {exc}")
+    except TimeoutError:
+        _close(response)
+        return AttemptResult(
+            Delivery.UNKNOWN, detail=f"no complete answer within {seconds:g}s"
+        )
+    except (aiohttp.ClientError, OSError) as exc:
+        _close(response)
+        return AttemptResult(
+            Delivery.UNKNOWN, detail=f"connection lost after sending: {exc!r}"
+        )
+    stored = StoredResponse(
+        status=response.status,
+        reason=response.reason or "",
+        headers=response_headers(response.headers.items()),
+        body=payload,
+    )
+    return AttemptResult(
+        Delivery.ANSWERED, stored, overflow=response if overflow else None
+    )
+
+
+async def _read_up_to(response: aiohttp.ClientResponse, limit: int) -> bytes:
+    """Read until EOF or ``limit`` bytes; a body cut short raises ClientPayloadError."""
+    payload = bytearray()
+    while len(payload) < limit:
+        chunk = await response.content.read(limit - len(payload))
+        if not chunk:
+            break
+        payload += chunk
+    return bytes(payload)
+
+
+def _close(response: aiohttp.ClientResponse | None) -> None:
+    if response is not None:
+        response.close()

@@ -1,0 +1,87 @@
+"""Open everything a proxy or reconciler process needs, and close it in reverse order.
+
+Start-up refuses to run on a ledger it cannot serve correctly: pending migrations, a
+master key other than the one the ledger was written with, or an ``${env:...}`` secret
+that is not set. Each is a clear error before the first request, never a surprise later.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import uuid
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+
+from effect_broker.contracts import RoutesConfig
+from effect_broker.crypto import Keyring, MasterKey
+from effect_broker.errors import MigrationError
+from effect_broker.proxy.dispatch import Dispatcher
+from effect_broker.proxy.state import ProxyState
+from effect_broker.proxy.upstream import client_session
+from effect_broker.routes_file import resolve_inject_headers
+from effect_broker.settings import Settings
+from effect_broker.store import Store
+
+
+def worker_name(role: str) -> str:
+    """Who holds a lease, readable in events: role, host, pid and a random suffix."""
+    return f"{role}@{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+
+
+@asynccontextmanager
+async def open_runtime(
+    settings: Settings,
+    config: RoutesConfig,
+    *,
+    environ: Mapping[str, str] | None = None,
+    migrate: bool = False,
+    role: str = "proxy",
+) -> AsyncIterator[ProxyState]:
+    master = MasterKey.from_base64(
+        settings.master_key.get_secret_value() if settings.master_key else None
+    )
+    injected = resolve_inject_headers(config, os.environ if environ is None else environ)
+    if not settings.database_url:
+        raise MigrationError(
+            "no database: set EFFECT_BROKER_DATABASE_URL or --database-url "
+            "(`effect-broker up` starts an embedded PostgreSQL by itself)"
+        )
+    store = await Store.connect(
+        settings.database_url,
+        min_size=settings.pool_min_size,
+        max_size=settings.pool_max_size,
+    )
+    try:
+        if migrate:
+            await store.migrate()
+        pending = await store.pending_migrations()
+        if pending:
+            raise MigrationError(
+                f"the ledger lacks migrations {', '.join(m.label for m in pending)}; "
+                "run `effect-broker migrate` first"
+            )
+        keyring = Keyring(master)
+        await store.check_master_key(keyring.key_id)
+        owner = worker_name(role)
+        async with client_session() as session:
+            yield ProxyState(
+                config=config,
+                store=store,
+                keyring=keyring,
+                session=session,
+                dispatcher=Dispatcher(
+                    store=store,
+                    keyring=keyring,
+                    session=session,
+                    owner=owner,
+                    max_receipt_bytes=settings.max_receipt_bytes,
+                ),
+                tenant=settings.tenant,
+                owner=owner,
+                injected=injected,
+                max_request_bytes=settings.max_request_bytes,
+                max_receipt_bytes=settings.max_receipt_bytes,
+            )
+    finally:
+        await store.close()
