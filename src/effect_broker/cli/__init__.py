@@ -24,11 +24,12 @@ def _register() -> None:
     if _registered:
         return
     _registered = True
-    from effect_broker.cli import migrate, routes, serve
+    from effect_broker.cli import migrate, routes, serve, up
 
     app.add_typer(routes.routes_app, name="routes")
     app.command(name="migrate")(migrate.migrate)
     app.command(name="serve")(serve.serve)
+    app.command(name="up")(up.up)
 
 
 def main() -> None:

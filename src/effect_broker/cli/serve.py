@@ -23,7 +23,7 @@ from effect_broker.runtime import open_runtime
 from effect_broker.server import serve_until_stopped
 from effect_broker.settings import Settings
 
-console = Console(stderr=True)
+console = Console(stderr=True, soft_wrap=True)
 
 
 def announce_failpoints() -> None:
@@ -34,17 +34,26 @@ def announce_failpoints() -> None:
         )
 
 
-async def run_proxy(settings: Settings, *, migrate: bool = False) -> None:
+async def run_proxy(
+    settings: Settings, *, migrate: bool = False, banner: str | None = None
+) -> None:
+    """Serve until SIGINT/SIGTERM. ``banner`` may use {proxy} and {admin} URLs."""
     config = load_routes(settings.routes)
     async with open_runtime(settings, config, migrate=migrate) as state:
 
         def ready(proxy: tuple[str, int], admin: tuple[str, int]) -> None:
+            proxy_url = f"http://{proxy[0]}:{proxy[1]}"
+            admin_url = f"http://{admin[0]}:{admin[1]}"
             console.print(
-                f"effect-broker proxy on http://{proxy[0]}:{proxy[1]}, admin on "
-                f"http://{admin[0]}:{admin[1]}, tenant {settings.tenant!r}, "
-                f"{len(config.routes)} routes from {settings.routes}",
+                f"effect-broker proxy on {proxy_url}, admin on {admin_url}, "
+                f"tenant {settings.tenant!r}, {len(config.routes)} routes from "
+                f"{settings.routes}",
                 highlight=False,
             )
+            if banner:
+                console.print(
+                    banner.format(proxy=proxy_url, admin=admin_url), highlight=False
+                )
 
         await serve_until_stopped(
             state,

@@ -98,5 +98,5 @@ def _decide_unknown(effect: Effect, contract: Contract, now: datetime) -> Decisi
             )
         return Decision(Verdict.PROBE, "reconcilable: look the effect up first")
     return Decision(
-        Verdict.UNKNOWN, f"a {effect.safety} target cannot prove what happened"
+        Verdict.UNKNOWN, f"an {effect.safety} target cannot prove what happened"
     )

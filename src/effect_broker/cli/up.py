@@ -1,0 +1,167 @@
+"""``effect-broker up``: the whole thing on a fresh machine, in one command.
+
+An embedded PostgreSQL in the data directory (unless a database URL is given), a master
+key generated once and kept there (mode 0600), migrations, the demo payment target from
+``examples/``, then the proxy and admin ports. Ctrl-C stops all of it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from pydantic import SecretStr
+from rich.console import Console
+
+from effect_broker.cli.options import (
+    AdminListen,
+    DatabaseUrl,
+    Listen,
+    Routes,
+    Tenant,
+    settings_from,
+)
+from effect_broker.cli.serve import announce_failpoints, run_proxy
+from effect_broker.crypto import MasterKey
+from effect_broker.embedded import embedded_postgres
+from effect_broker.errors import EffectBrokerError
+
+console = Console(stderr=True, highlight=False, soft_wrap=True)
+
+DEMO_PORT = 9000
+TRY_IT = (
+    "curl -x {proxy} -H 'Operation-Key: order-42:charge' "
+    "-H 'Content-Type: application/json' "
+    '-d \'{{"amount": 1000, "currency": "usd", "order_id": "order-42"}}\' '
+    "http://payments.internal/v1/charges"
+)
+
+
+def load_or_create_master_key(data_dir: Path) -> tuple[str, bool]:
+    """The data directory's master key; created once, readable by its owner only."""
+    path = data_dir / "master.key"
+    if path.exists():
+        return path.read_text().strip(), False
+    key = MasterKey.generate().to_base64()
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(descriptor, "w") as handle:
+        handle.write(key + "\n")
+    return key, True
+
+
+@contextmanager
+def step(message: str) -> Iterator[None]:
+    console.print(f"  {message} ...", end="")
+    started = time.monotonic()
+    yield
+    console.print(f" done ({time.monotonic() - started:.1f}s)")
+
+
+@contextmanager
+def demo_target(script: Path, data_dir: Path) -> Iterator[str]:
+    """Run the demo payment target until the block ends; yields its URL."""
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            str(script),
+            "--port",
+            str(DEMO_PORT),
+            "--db",
+            str(data_dir / "payment-target.sqlite3"),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert process.stdout is not None
+        line = process.stdout.readline()
+        if "listening" not in line:
+            raise EffectBrokerError(
+                f"the demo payment target did not start (port {DEMO_PORT} in use?)"
+            )
+        yield f"http://127.0.0.1:{DEMO_PORT}"
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+
+
+def up(
+    routes: Routes = None,
+    database_url: DatabaseUrl = None,
+    listen: Listen = None,
+    admin_listen: AdminListen = None,
+    tenant: Tenant = None,
+    data_dir: Annotated[
+        Path | None,
+        typer.Option(help="where the database and key live [default: ./.effect-broker]"),
+    ] = None,
+    demo: Annotated[
+        bool, typer.Option(help="start the demo payment target from examples/")
+    ] = True,
+) -> None:
+    """Start everything: embedded PostgreSQL, demo target, proxy and admin API."""
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(message)s")
+    announce_failpoints()
+    settings = settings_from(
+        routes=routes,
+        database_url=database_url,
+        listen=listen,
+        admin_listen=admin_listen,
+        tenant=tenant,
+        data_dir=data_dir,
+    )
+    directory = settings.data_dir.resolve()
+    directory.mkdir(parents=True, exist_ok=True)
+    console.print(f"effect-broker up (data in {directory})")
+    with ExitStack() as stack:
+        try:
+            if settings.master_key is None:
+                key, created = load_or_create_master_key(directory)
+                console.print(
+                    f"  master key {'created in' if created else 'read from'} "
+                    f"{directory / 'master.key'}"
+                )
+                settings = settings.model_copy(update={"master_key": SecretStr(key)})
+            if settings.database_url is None:
+                with step("starting embedded PostgreSQL"):
+                    dsn = stack.enter_context(embedded_postgres(directory / "postgres"))
+                settings = settings.model_copy(update={"database_url": dsn})
+            script = settings.routes.resolve().parent / "examples" / "payment_target.py"
+            target = None
+            if demo and script.exists():
+                with step(f"starting the demo payment target on port {DEMO_PORT}"):
+                    target = stack.enter_context(demo_target(script, directory))
+            asyncio.run(run_proxy(settings, migrate=True, banner=_banner(target)))
+        except EffectBrokerError as exc:
+            console.print(f"[red]error:[/] {exc.message}")
+            raise typer.Exit(1) from exc
+    console.print("effect-broker stopped")
+
+
+def _banner(target: str | None) -> str:
+    lines = [
+        "",
+        "effect-broker is up. Send your agent's HTTP through it:",
+        "  export HTTP_PROXY={proxy}",
+        "Admin API: {admin}  (/healthz, /readyz)",
+    ]
+    if target is not None:
+        lines += [
+            f"Demo payment target: {target}  (its charges: curl {target}/charges)",
+            "Try it, as often as you like; the target charges once:",
+            "  " + TRY_IT,
+        ]
+    lines += ["Ctrl-C stops everything."]
+    return "\n".join(lines)
