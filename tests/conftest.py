@@ -12,6 +12,7 @@ import os
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
@@ -107,3 +108,12 @@ async def store(database_url: str) -> AsyncIterator[Store]:
     ledger = await Store.connect(database_url, max_size=20)
     yield ledger
     await ledger.close()
+
+
+@pytest.fixture
+async def broker(database_url: str, tmp_path: Path) -> AsyncIterator[Any]:
+    """The proxy in front of the demo payment target, on a fresh ledger."""
+    from tests.integration.harness import running_broker
+
+    async with running_broker(database_url, tmp_path) as running:
+        yield running

@@ -7,7 +7,6 @@ SQLite file directly rather than only asking the HTTP API.
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import json
 import re
 import signal
@@ -15,7 +14,6 @@ import sqlite3
 import sys
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import aiohttp
@@ -24,22 +22,12 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient
 from pytest_aiohttp import AiohttpClient
 
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "payment_target.py"
+from tests.support import ROOT, load_example
+
+EXAMPLE = ROOT / "examples" / "payment_target.py"
 
 
-def _load_example() -> ModuleType:
-    """Import examples/payment_target.py from its path: examples/ is not a package."""
-    if (loaded := sys.modules.get("payment_target")) is not None:
-        return loaded
-    spec = importlib.util.spec_from_file_location("payment_target", EXAMPLE)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up while decorating
-    spec.loader.exec_module(module)
-    return module
-
-
-target = _load_example()
+target = load_example("payment_target")
 
 Client = TestClient[Any, Any]
 MakeClient = Callable[..., Awaitable[Client]]

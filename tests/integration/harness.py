@@ -1,0 +1,143 @@
+"""A real broker for tests: the demo payment target, the proxy and admin ports, and
+the ledger, all on loopback. The target's SQLite table is the ground truth for how many
+charges really happened."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import AsyncIterator, Callable
+from contextlib import AsyncExitStack, asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+
+from effect_broker.admin.app import build_admin_app
+from effect_broker.crypto import MasterKey
+from effect_broker.proxy.app import build_proxy_app
+from effect_broker.proxy.state import ProxyState
+from effect_broker.routes_file import parse_routes
+from effect_broker.runtime import open_runtime
+from effect_broker.server import start_site
+from effect_broker.settings import Settings
+from tests.support import load_example
+
+payment_target = load_example("payment_target")
+
+ROUTES = """\
+version: 1
+proxy:
+  unmatched: {unmatched}
+contracts:
+  - name: payments.charge
+    version: "1"
+    safety: idempotent
+    idempotency_header: Idempotency-Key
+    key_retention: {key_retention}
+    timeout: {timeout}
+  - name: tickets.create
+    version: "3"
+    safety: reconcilable
+    correlation_header: X-Correlation-Id
+    settlement_bound: {settlement_bound}
+    timeout: {timeout}
+    probe:
+      method: GET
+      path: /v1/charges?correlation_id={{downstream_key}}
+      found: {{status: [200], external_id: /id}}
+      absent: {{status: [404]}}
+  - name: email.send
+    version: "1"
+    safety: unsafe
+    timeout: {timeout}
+routes:
+  - name: charge
+    match: {{method: POST, host: payments.internal, path: /v1/charges}}
+    upstream: {target}/idempotent
+    contract: payments.charge
+  - name: payments
+    match: {{method: POST, path: /payments/v1/charges}}
+    strip_prefix: /payments
+    upstream: {target}/idempotent
+    contract: payments.charge
+  - name: tickets
+    match: {{method: POST, path: /tickets/v1/charges}}
+    strip_prefix: /tickets
+    upstream: {target}/reconcilable
+    contract: tickets.create
+  - name: email
+    match: {{method: POST, path: /email/v1/charges}}
+    strip_prefix: /email
+    upstream: {target}/unsafe
+    contract: email.send
+"""
+
+
+@dataclass
+class Broker:
+    proxy_url: str
+    admin_url: str
+    target_url: str
+    target_db: Path
+    state: ProxyState
+
+    def charges(self, order_id: str | None = None) -> list[dict[str, Any]]:
+        """Rows in the target's own charges table: what really happened."""
+        with sqlite3.connect(self.target_db) as conn:
+            conn.row_factory = sqlite3.Row
+            rows = conn.execute(
+                "SELECT * FROM charges WHERE ?1 IS NULL OR order_id = ?1 ORDER BY rowid",
+                (order_id,),
+            ).fetchall()
+        return [dict(row) for row in rows]
+
+
+async def _serve(stack: AsyncExitStack, app: web.Application) -> str:
+    host, port = await start_site(stack, app, "127.0.0.1:0")
+    return f"http://{host}:{port}"
+
+
+@asynccontextmanager
+async def running_broker(
+    database_url: str,
+    tmp_path: Path,
+    *,
+    timeout: str = "2s",
+    key_retention: str = "1h",
+    settlement_bound: str = "300ms",
+    settlement_delay: float = 0.0,
+    unmatched: str = "pass",
+    routes: Callable[[str], str] | None = None,
+    **settings: Any,
+) -> AsyncIterator[Broker]:
+    target_db = tmp_path / "target.sqlite3"
+    async with AsyncExitStack() as stack:
+        target_url = await _serve(
+            stack,
+            payment_target.build_app(
+                target_db, settlement_delay=settlement_delay, key_retention=3600.0
+            ),
+        )
+        text = (
+            routes(target_url)
+            if routes
+            else ROUTES.format(
+                target=target_url,
+                timeout=timeout,
+                key_retention=key_retention,
+                settlement_bound=settlement_bound,
+                unmatched=unmatched,
+            )
+        )
+        config = parse_routes(text, source="test-routes.yaml")
+        options = Settings(
+            database_url=database_url,
+            master_key=MasterKey.generate().to_base64(),  # type: ignore[arg-type]
+            tenant="acme",
+            **settings,
+        )
+        state = await stack.enter_async_context(open_runtime(options, config))
+        proxy_url = await _serve(stack, build_proxy_app(state))
+        admin_url = await _serve(stack, build_admin_app(state))
+        yield Broker(proxy_url, admin_url, target_url, target_db, state)
