@@ -22,6 +22,7 @@ from effect_broker.proxy.upstream import client_session
 from effect_broker.routes_file import resolve_inject_headers
 from effect_broker.settings import Settings
 from effect_broker.store import Store
+from effect_broker.tenancy import TenantResolver
 
 
 def worker_name(role: str) -> str:
@@ -78,6 +79,7 @@ async def open_runtime(
                     max_receipt_bytes=settings.max_receipt_bytes,
                 ),
                 tenant=settings.tenant,
+                gateway=TenantResolver(store) if settings.gateway else None,
                 owner=owner,
                 injected=injected,
                 max_request_bytes=settings.max_request_bytes,

@@ -20,6 +20,9 @@ class Settings(BaseSettings):
     listen: str = Field("127.0.0.1:8080", description="Proxy address, host:port.")
     admin_listen: str = Field("127.0.0.1:8081", description="Admin API address.")
     tenant: str = Field("default", description="The tenant a sidecar serves.")
+    gateway: bool = Field(
+        False, description="Shared gateway: tenant from Proxy-Authorization API keys."
+    )
     master_key: SecretStr | None = Field(
         None, description="Base64 of 32 random bytes; encrypts stored payloads."
     )

@@ -24,9 +24,10 @@ def _register() -> None:
     if _registered:
         return
     _registered = True
-    from effect_broker.cli import migrate, routes, serve, up
+    from effect_broker.cli import migrate, routes, serve, tenants, up
 
     app.add_typer(routes.routes_app, name="routes")
+    app.add_typer(tenants.tenants_app, name="tenants")
     app.command(name="migrate")(migrate.migrate)
     app.command(name="serve")(serve.serve)
     app.command(name="up")(up.up)

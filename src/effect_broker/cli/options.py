@@ -11,27 +11,36 @@ from effect_broker.settings import Settings
 
 Routes = Annotated[
     Path | None,
-    typer.Option("--routes", help="routes.yaml to serve [env: EFFECT_BROKER_ROUTES]"),
+    typer.Option("--routes", help="routes.yaml to serve \\[env: EFFECT_BROKER_ROUTES]"),
 ]
 DatabaseUrl = Annotated[
     str | None,
     typer.Option(
-        "--database-url", help="PostgreSQL DSN [env: EFFECT_BROKER_DATABASE_URL]"
+        "--database-url", help="PostgreSQL DSN \\[env: EFFECT_BROKER_DATABASE_URL]"
     ),
 ]
 Listen = Annotated[
     str | None,
-    typer.Option("--listen", help="proxy host:port [env: EFFECT_BROKER_LISTEN]"),
+    typer.Option("--listen", help="proxy host:port \\[env: EFFECT_BROKER_LISTEN]"),
 ]
 AdminListen = Annotated[
     str | None,
     typer.Option(
-        "--admin-listen", help="admin host:port [env: EFFECT_BROKER_ADMIN_LISTEN]"
+        "--admin-listen", help="admin host:port \\[env: EFFECT_BROKER_ADMIN_LISTEN]"
     ),
 ]
 Tenant = Annotated[
     str | None,
-    typer.Option("--tenant", help="sidecar tenant [env: EFFECT_BROKER_TENANT]"),
+    typer.Option("--tenant", help="sidecar tenant \\[env: EFFECT_BROKER_TENANT]"),
+]
+Gateway = Annotated[
+    bool | None,
+    typer.Option(
+        "--gateway/--sidecar",
+        help="tenant from Proxy-Authorization API keys, or the one --tenant "
+        "[env: EFFECT_BROKER_GATEWAY]",
+        show_default=False,
+    ),
 ]
 
 

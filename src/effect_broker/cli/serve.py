@@ -11,6 +11,7 @@ from rich.console import Console
 from effect_broker.cli.options import (
     AdminListen,
     DatabaseUrl,
+    Gateway,
     Listen,
     Routes,
     Tenant,
@@ -69,6 +70,7 @@ def serve(
     listen: Listen = None,
     admin_listen: AdminListen = None,
     tenant: Tenant = None,
+    gateway: Gateway = None,
 ) -> None:
     """Serve the proxy (default 127.0.0.1:8080) and admin API (127.0.0.1:8081)."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
@@ -79,6 +81,7 @@ def serve(
         listen=listen,
         admin_listen=admin_listen,
         tenant=tenant,
+        gateway=gateway,
     )
     try:
         asyncio.run(run_proxy(settings))

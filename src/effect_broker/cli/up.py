@@ -25,6 +25,7 @@ from rich.console import Console
 from effect_broker.cli.options import (
     AdminListen,
     DatabaseUrl,
+    Gateway,
     Listen,
     Routes,
     Tenant,
@@ -103,6 +104,7 @@ def up(
     listen: Listen = None,
     admin_listen: AdminListen = None,
     tenant: Tenant = None,
+    gateway: Gateway = None,
     data_dir: Annotated[
         Path | None,
         typer.Option(help="where the database and key live [default: ./.effect-broker]"),
@@ -120,6 +122,7 @@ def up(
         listen=listen,
         admin_listen=admin_listen,
         tenant=tenant,
+        gateway=gateway,
         data_dir=data_dir,
     )
     directory = settings.data_dir.resolve()

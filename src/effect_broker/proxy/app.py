@@ -14,6 +14,7 @@ from aiohttp.typedefs import Handler
 from effect_broker.errors import (
     BodyTooLarge,
     EffectBrokerError,
+    ProxyAuthenticationRequired,
     RouteRefused,
     StoreUnavailable,
 )
@@ -35,6 +36,11 @@ class RouteNotFound(EffectBrokerError):
 
 async def handle(request: web.Request) -> web.StreamResponse:
     state = request.app[PROXY_STATE]
+    tenant = state.tenant
+    if state.gateway is not None:
+        tenant = await state.gateway.tenant_for(
+            request.headers.get("Proxy-Authorization")
+        )
     forward = is_absolute_form(request)
     route = state.config.table.match(
         method=request.method,
@@ -43,7 +49,7 @@ async def handle(request: web.Request) -> web.StreamResponse:
     )
     if route is None:
         return await unmatched(request, state, forward=forward)
-    return await EffectRequest(state, route, request).handle()
+    return await EffectRequest(state, route, request, tenant).handle()
 
 
 async def unmatched(
@@ -94,6 +100,10 @@ async def problems_middleware(
         log.error("ledger unavailable: %s", exc)
         return problem_response(
             StoreUnavailable("the ledger database is unreachable; nothing was sent"),
+        )
+    except ProxyAuthenticationRequired as exc:
+        return problem_response(
+            exc, headers={"Proxy-Authenticate": 'Basic realm="effect-broker"'}
         )
     except EffectBrokerError as exc:
         return problem_response(exc)

@@ -105,12 +105,14 @@ def stored_response_to_web(
 class EffectRequest:
     """One request on a matched route, carried through the ledger."""
 
-    def __init__(self, state: ProxyState, route: Route, request: web.Request) -> None:
+    def __init__(
+        self, state: ProxyState, route: Route, request: web.Request, tenant: str
+    ) -> None:
         self.state = state
         self.route = route
         self.contract: Contract = route.contract
         self.request = request
-        self.tenant = state.tenant
+        self.tenant = tenant
 
     async def handle(self) -> web.StreamResponse:
         key = operation_key(self.request, self.route.operation_key_header)

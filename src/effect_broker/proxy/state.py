@@ -12,6 +12,7 @@ from effect_broker.contracts import RoutesConfig
 from effect_broker.crypto import Keyring
 from effect_broker.proxy.dispatch import Dispatcher
 from effect_broker.store import Store
+from effect_broker.tenancy import TenantResolver
 
 
 @dataclass(frozen=True, slots=True)
@@ -21,7 +22,8 @@ class ProxyState:
     keyring: Keyring
     session: aiohttp.ClientSession
     dispatcher: Dispatcher
-    tenant: str
+    tenant: str  # the sidecar's tenant; unused in gateway mode
+    gateway: TenantResolver | None  # set in gateway mode: tenant per request
     owner: str
     injected: Mapping[str, Mapping[str, str]]  # route name -> resolved header values
     max_request_bytes: int

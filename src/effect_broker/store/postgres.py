@@ -200,6 +200,20 @@ class Store:
             if not known:
                 await self._pool.execute(self._sql["record_master_key"], key_id)
 
+    # -- tenants ------------------------------------------------------------------------
+
+    async def add_api_key(self, tenant_id: str, key_id: str, secret_hash: bytes) -> None:
+        """Create the tenant if needed and store the hash of one new API key."""
+        async with _translated(), self._pool.acquire() as conn, conn.transaction():
+            await conn.execute(self._sql["add_tenant"], tenant_id)
+            await conn.execute(self._sql["add_api_key"], key_id, tenant_id, secret_hash)
+
+    async def api_key(self, key_id: str) -> tuple[str, bytes] | None:
+        """(tenant, secret hash) of a live API key, or None."""
+        async with _translated():
+            row = await self._pool.fetchrow(self._sql["get_api_key"], key_id)
+        return (row["tenant_id"], bytes(row["secret_hash"])) if row else None
+
     # -- the request path -------------------------------------------------------------
 
     async def reserve(

@@ -190,3 +190,16 @@ SELECT key_id, first_used FROM master_keys ORDER BY first_used;
 -- ping --
 -- Cheapest proof that the database answers.
 SELECT 1;
+
+-- add_tenant --
+-- Create a tenant if it does not exist yet.
+INSERT INTO tenants (tenant_id) VALUES ($1) ON CONFLICT (tenant_id) DO NOTHING;
+
+-- add_api_key --
+-- Store the hash of a new API key for a tenant.
+INSERT INTO tenant_api_keys (key_id, tenant_id, secret_hash) VALUES ($1, $2, $3);
+
+-- get_api_key --
+-- The tenant and secret hash of a live (not revoked) API key.
+SELECT tenant_id, secret_hash FROM tenant_api_keys
+WHERE key_id = $1 AND revoked_at IS NULL;

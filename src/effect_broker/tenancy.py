@@ -1,0 +1,110 @@
+"""Which tenant a request belongs to: the sidecar's own, or a gateway API key's.
+
+The tenant never comes from a request field the agent controls freely: a sidecar serves
+the one tenant in its settings, and a shared gateway takes it from ``Proxy-Authorization``
+Basic credentials (tenant as user name, API key as password), checked against hashes in
+the ledger. API keys are ``ebk_<key id>_<secret>``; only SHA-256 of the secret is kept,
+which is enough for a 256-bit random secret (no password stretching needed).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import hmac
+import secrets
+import time
+from dataclasses import dataclass
+
+from effect_broker.errors import ProxyAuthenticationRequired
+from effect_broker.store import Store
+
+KEY_PREFIX = "ebk"
+CACHE_SECONDS = 60.0
+
+
+@dataclass(frozen=True, slots=True)
+class NewApiKey:
+    key_id: str
+    secret_hash: bytes
+    api_key: str  # shown once, never stored
+
+
+def hash_secret(secret: str) -> bytes:
+    return hashlib.sha256(secret.encode()).digest()
+
+
+def new_api_key() -> NewApiKey:
+    key_id = secrets.token_hex(6)
+    secret = secrets.token_urlsafe(32)
+    return NewApiKey(key_id, hash_secret(secret), f"{KEY_PREFIX}_{key_id}_{secret}")
+
+
+def parse_api_key(api_key: str) -> tuple[str, str] | None:
+    """(key id, secret) of a well-formed key, else None."""
+    prefix, _, rest = api_key.partition("_")
+    key_id, _, secret = rest.partition("_")
+    if prefix != KEY_PREFIX or not key_id or not secret:
+        return None
+    return key_id, secret
+
+
+def parse_basic(header: str | None) -> tuple[str, str] | None:
+    """(user, password) from a ``Basic`` credentials header, else None."""
+    if not header:
+        return None
+    scheme, _, encoded = header.partition(" ")
+    if scheme.lower() != "basic":
+        return None
+    try:
+        decoded = base64.b64decode(encoded.strip(), validate=True).decode()
+    except (binascii.Error, UnicodeDecodeError):
+        return None
+    user, sep, password = decoded.partition(":")
+    return (user, password) if sep else None
+
+
+class TenantResolver:
+    """Gateway mode: the tenant of each request's proxy credentials, cached briefly.
+
+    The cache keeps the hot path off the database; a revoked key stops working within
+    ``CACHE_SECONDS``.
+    """
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+        self._cache: dict[str, tuple[str, bytes, float]] = {}
+
+    async def tenant_for(self, proxy_authorization: str | None) -> str:
+        credentials = parse_basic(proxy_authorization)
+        if credentials is None:
+            raise ProxyAuthenticationRequired(
+                "this gateway needs Proxy-Authorization: use "
+                "HTTP_PROXY=http://TENANT:API_KEY@host:port (make a key with "
+                "`effect-broker tenants add TENANT`)"
+            )
+        tenant, api_key = credentials
+        parsed = parse_api_key(api_key)
+        if parsed is not None:
+            key_id, secret = parsed
+            known = await self._lookup(key_id)
+            if (
+                known is not None
+                and known[0] == tenant
+                and hmac.compare_digest(known[1], hash_secret(secret))
+            ):
+                return tenant
+        raise ProxyAuthenticationRequired(
+            "the proxy credentials are not a live API key of that tenant"
+        )
+
+    async def _lookup(self, key_id: str) -> tuple[str, bytes] | None:
+        cached = self._cache.get(key_id)
+        now = time.monotonic()
+        if cached is not None and cached[2] > now:
+            return cached[0], cached[1]
+        found = await self._store.api_key(key_id)
+        if found is not None:
+            self._cache[key_id] = (found[0], found[1], now + CACHE_SECONDS)
+        return found

@@ -1,0 +1,109 @@
+"""Gateway mode: the tenant comes from proxy credentials, never from the request."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+from pathlib import Path
+
+import aiohttp
+import asyncpg
+from typer.testing import CliRunner
+
+from effect_broker.cli import _register, app
+from effect_broker.store import Store
+from effect_broker.tenancy import new_api_key
+from tests.integration.harness import running_broker
+
+CHARGE = json.dumps({"amount": 700, "currency": "usd", "order_id": "order-7"}).encode()
+
+
+async def make_key(store: Store, tenant: str) -> str:
+    key = new_api_key()
+    await store.add_api_key(tenant, key.key_id, key.secret_hash)
+    return key.api_key
+
+
+def basic(user: str, password: str) -> str:
+    return "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
+
+
+async def charge(proxy: str, auth: str | None) -> aiohttp.ClientResponse:
+    async with (
+        aiohttp.ClientSession() as session,
+        session.post(
+            "http://payments.internal/v1/charges",
+            data=CHARGE,
+            headers={
+                "Operation-Key": "order-7:charge",
+                "Content-Type": "application/json",
+                # aiohttp sends proxy_headers only on CONNECT; plain http needs this.
+                **({"Proxy-Authorization": auth} if auth else {}),
+            },
+            proxy=proxy,
+        ) as response,
+    ):
+        await response.read()
+        return response
+
+
+async def test_requests_without_valid_credentials_get_407(
+    database_url: str, tmp_path: Path
+) -> None:
+    async with running_broker(database_url, tmp_path, gateway=True) as broker:
+        key = await make_key(broker.state.store, "acme")
+
+        missing = await charge(broker.proxy_url, None)
+        wrong_secret = await charge(broker.proxy_url, basic("acme", key + "x"))
+        wrong_tenant = await charge(broker.proxy_url, basic("globex", key))
+
+        for response in (missing, wrong_secret, wrong_tenant):
+            assert response.status == 407
+            assert response.headers["Proxy-Authenticate"].startswith("Basic")
+            assert response.content_type == "application/problem+json"
+        assert broker.charges() == []
+
+
+async def test_each_tenant_gets_its_own_effect_for_the_same_key(
+    database_url: str, tmp_path: Path
+) -> None:
+    async with running_broker(database_url, tmp_path, gateway=True) as broker:
+        acme = basic("acme", await make_key(broker.state.store, "acme"))
+        globex = basic("globex", await make_key(broker.state.store, "globex"))
+
+        first = await charge(broker.proxy_url, acme)
+        again = await charge(broker.proxy_url, acme)
+        other = await charge(broker.proxy_url, globex)
+
+        assert first.status == again.status == other.status == 201
+        assert first.headers["Effect-Id"] == again.headers["Effect-Id"]
+        assert other.headers["Effect-Id"] != first.headers["Effect-Id"]
+        charges = broker.charges("order-7")
+        assert len(charges) == 2
+        assert charges[0]["idempotency_key"] != charges[1]["idempotency_key"]
+
+
+async def test_tenants_add_prints_a_key_once_and_stores_only_its_hash(
+    database_url: str,
+) -> None:
+    _register()
+    result = await asyncio.to_thread(
+        CliRunner().invoke,
+        app,
+        ["tenants", "add", "acme", "--database-url", database_url],
+    )
+
+    assert result.exit_code == 0, result.output
+    [api_key] = [word for word in result.output.split() if word.startswith("ebk_")]
+    conn = await asyncpg.connect(database_url)
+    try:
+        rows = await conn.fetch("SELECT * FROM tenant_api_keys")
+        tenants = await conn.fetch("SELECT tenant_id FROM tenants")
+    finally:
+        await conn.close()
+    assert [row["tenant_id"] for row in tenants] == ["acme"]
+    [row] = rows
+    assert api_key.split("_")[1] == row["key_id"]
+    assert api_key.encode() not in bytes(row["secret_hash"])
+    assert api_key.split("_", 2)[2] not in str(dict(row))
