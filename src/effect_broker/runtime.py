@@ -16,6 +16,7 @@ from contextlib import asynccontextmanager
 from effect_broker.contracts import RoutesConfig
 from effect_broker.crypto import Keyring, MasterKey
 from effect_broker.errors import MigrationError
+from effect_broker.metrics import Metrics
 from effect_broker.proxy.dispatch import Dispatcher
 from effect_broker.proxy.state import ProxyState
 from effect_broker.proxy.upstream import client_session
@@ -65,6 +66,8 @@ async def open_runtime(
         keyring = Keyring(master)
         await store.check_master_key(keyring.key_id)
         owner = worker_name(role)
+        metrics = Metrics()
+        store.on_fenced = metrics.fenced.inc
         async with client_session() as session:
             yield ProxyState(
                 config=config,
@@ -77,6 +80,7 @@ async def open_runtime(
                     session=session,
                     owner=owner,
                     max_receipt_bytes=settings.max_receipt_bytes,
+                    metrics=metrics,
                 ),
                 tenant=settings.tenant,
                 gateway=TenantResolver(store) if settings.gateway else None,
@@ -84,6 +88,7 @@ async def open_runtime(
                 injected=injected,
                 max_request_bytes=settings.max_request_bytes,
                 max_receipt_bytes=settings.max_receipt_bytes,
+                metrics=metrics,
             )
     finally:
         await store.close()

@@ -20,12 +20,15 @@ async def post(
     if key is not None:
         sent["Operation-Key"] = key
     data = body if isinstance(body, bytes) else json.dumps(body).encode()
-    async with aiohttp.ClientSession() as session, session.post(
-        url,
-        data=data,
-        headers=sent,
-        proxy=broker.proxy_url if "://payments" in url else None,
-    ) as response:
+    async with (
+        aiohttp.ClientSession() as session,
+        session.post(
+            url,
+            data=data,
+            headers=sent,
+            proxy=broker.proxy_url if "://payments" in url else None,
+        ) as response,
+    ):
         return response.status, dict(response.headers), await response.read()
 
 

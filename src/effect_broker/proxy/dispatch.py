@@ -16,6 +16,7 @@ import aiohttp
 from effect_broker import failpoints
 from effect_broker.contracts import Contract
 from effect_broker.crypto import Keyring
+from effect_broker.metrics import Metrics
 from effect_broker.models import Effect, EffectStatus, ReceiptSource
 from effect_broker.proxy.messages import StoredRequest, StoredResponse, encode_response
 from effect_broker.proxy.outcomes import (
@@ -46,6 +47,7 @@ class Dispatcher:
         session: aiohttp.ClientSession,
         owner: str,
         max_receipt_bytes: int,
+        metrics: Metrics,
         lease_grace: timedelta = timedelta(seconds=5),
     ) -> None:
         self._store = store
@@ -54,6 +56,7 @@ class Dispatcher:
         self._owner = owner
         self._max_receipt_bytes = max_receipt_bytes
         self._lease_grace = lease_grace
+        self.metrics = metrics
         self._rng = random.Random()
 
     async def dispatch(
@@ -82,11 +85,13 @@ class Dispatcher:
             max_body=self._max_receipt_bytes,
         )
         failpoints.hit(failpoints.AFTER_UPSTREAM_RESPONSE)
+        self.metrics.attempts.labels(effect.route, attempt.delivery.value).inc()
         try:
             settled = await self._settle(effect, contract, attempt)
         except BaseException:
             attempt.release()
             raise
+        self.metrics.effects.labels(settled.route, settled.status.value).inc()
         return Dispatched(settled, attempt)
 
     async def _settle(

@@ -7,6 +7,7 @@ answer for a matched route carries ``Effect-Id`` and ``Effect-Status``.
 
 from __future__ import annotations
 
+import time
 import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -115,6 +116,16 @@ class EffectRequest:
         self.tenant = tenant
 
     async def handle(self) -> web.StreamResponse:
+        started = time.perf_counter()
+        self.upstream_seconds = 0.0
+        try:
+            return await self._handle()
+        finally:
+            self.state.metrics.overhead.labels(self.route.name).observe(
+                time.perf_counter() - started - self.upstream_seconds
+            )
+
+    async def _handle(self) -> web.StreamResponse:
         key = operation_key(self.request, self.route.operation_key_header)
         body = await read_body(self.request, self.state.max_request_bytes)
         fingerprint = self._fingerprint(body)
@@ -155,6 +166,7 @@ class EffectRequest:
             decision = decide(reservation, self.contract, datetime.now(UTC))
             verdict = decision.verdict
             if verdict is Verdict.CONFLICT:
+                self.state.metrics.conflicts.labels(self.route.name).inc()
                 raise EffectProblem(
                     PayloadMismatch(
                         "this Operation-Key was first used with a different payload; "
@@ -163,6 +175,7 @@ class EffectRequest:
                     effect,
                 )
             if verdict is Verdict.REPLAY:
+                self.state.metrics.replays.labels(self.route.name).inc()
                 return await self._replay(reservation)
             if verdict in (Verdict.IN_FLIGHT, Verdict.WAIT_SETTLEMENT):
                 error = (
@@ -227,6 +240,7 @@ class EffectRequest:
         dispatched = await self._fenced(
             self.state.dispatcher.dispatch(effect, self.contract, outgoing), effect
         )
+        self.upstream_seconds += dispatched.attempt.elapsed
         return await self._answer(dispatched)
 
     async def _answer(self, dispatched: Dispatched) -> web.StreamResponse:
@@ -326,6 +340,8 @@ class EffectRequest:
             timeout=self.contract.timeout,
             max_body=self.state.max_receipt_bytes,
         )
+        self.state.metrics.probes.labels(self.route.name, result.verdict.value).inc()
+        self.upstream_seconds += result.elapsed
         if result.verdict is ProbeVerdict.FOUND and result.response is not None:
             return await self.state.dispatcher.record_receipt(
                 effect,

@@ -8,7 +8,7 @@ unknown, and nothing is sent again on the strength of a guess.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import timedelta
 from enum import StrEnum
 from typing import Any
@@ -33,6 +33,7 @@ class ProbeResult:
     response: StoredResponse | None = None
     external_id: str | None = None
     detail: str = ""
+    elapsed: float = 0.0
 
 
 def resolve_pointer(document: Any, pointer: str) -> Any:
@@ -97,7 +98,9 @@ async def run_probe(
     )
     attempt.release()
     if attempt.delivery is not Delivery.ANSWERED or attempt.response is None:
-        return ProbeResult(ProbeVerdict.UNKNOWN, detail=attempt.detail)
-    if attempt.overflow is not None:
-        return ProbeResult(ProbeVerdict.UNKNOWN, detail="probe answer too large")
-    return judge(probe, attempt.response)
+        result = ProbeResult(ProbeVerdict.UNKNOWN, detail=attempt.detail)
+    elif attempt.overflow is not None:
+        result = ProbeResult(ProbeVerdict.UNKNOWN, detail="probe answer too large")
+    else:
+        result = judge(probe, attempt.response)
+    return replace(result, elapsed=attempt.elapsed)

@@ -10,6 +10,7 @@ from aiohttp import web
 
 from effect_broker.contracts import RoutesConfig
 from effect_broker.crypto import Keyring
+from effect_broker.metrics import Metrics
 from effect_broker.proxy.dispatch import Dispatcher
 from effect_broker.store import Store
 from effect_broker.tenancy import TenantResolver
@@ -28,6 +29,7 @@ class ProxyState:
     injected: Mapping[str, Mapping[str, str]]  # route name -> resolved header values
     max_request_bytes: int
     max_receipt_bytes: int
+    metrics: Metrics
 
 
 PROXY_STATE = web.AppKey("proxy_state", ProxyState)

@@ -11,6 +11,7 @@ retry either: the state machine owns retries.
 from __future__ import annotations
 
 import asyncio
+import time
 from dataclasses import dataclass
 from datetime import timedelta
 from enum import StrEnum
@@ -38,6 +39,7 @@ class AttemptResult:
     response: StoredResponse | None = None
     detail: str = ""
     overflow: aiohttp.ClientResponse | None = None
+    elapsed: float = 0.0  # seconds spent waiting on the target
 
     def release(self) -> None:
         if self.overflow is not None:
@@ -67,6 +69,7 @@ async def send(
 ) -> AttemptResult:
     """Send once and read at most ``max_body`` bytes of the answer."""
     seconds = timeout.total_seconds()
+    started = time.perf_counter()
     response: aiohttp.ClientResponse | None = None
     try:
         async with asyncio.timeout(seconds):
@@ -83,16 +86,24 @@ async def send(
             if not overflow:
                 response.release()
     except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError) as exc:
-        return AttemptResult(Delivery.NOT_SENT, detail=f"could not connect: {exc}")
+        return AttemptResult(
+            Delivery.NOT_SENT,
+            detail=f"could not connect: {exc}",
+            elapsed=time.perf_counter() - started,
+        )
     except TimeoutError:
         _close(response)
         return AttemptResult(
-            Delivery.UNKNOWN, detail=f"no complete answer within {seconds:g}s"
+            Delivery.UNKNOWN,
+            detail=f"no complete answer within {seconds:g}s",
+            elapsed=time.perf_counter() - started,
         )
     except (aiohttp.ClientError, OSError) as exc:
         _close(response)
         return AttemptResult(
-            Delivery.UNKNOWN, detail=f"connection lost after sending: {exc!r}"
+            Delivery.UNKNOWN,
+            detail=f"connection lost after sending: {exc!r}",
+            elapsed=time.perf_counter() - started,
         )
     stored = StoredResponse(
         status=response.status,
@@ -101,7 +112,10 @@ async def send(
         body=payload,
     )
     return AttemptResult(
-        Delivery.ANSWERED, stored, overflow=response if overflow else None
+        Delivery.ANSWERED,
+        stored,
+        overflow=response if overflow else None,
+        elapsed=time.perf_counter() - started,
     )
 
 

@@ -9,7 +9,7 @@ the hot path costs the database as little as it can.
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -157,6 +157,8 @@ class Store:
     def __init__(self, pool: asyncpg.Pool) -> None:
         self._pool = pool
         self._sql = queries()
+        # Called once per fenced (stale) write, for the metric that makes zombies visible.
+        self.on_fenced: Callable[[], None] = lambda: None
 
     @classmethod
     async def connect(cls, dsn: str, *, min_size: int = 1, max_size: int = 10) -> Store:
@@ -408,6 +410,18 @@ class Store:
             rows = await self._pool.fetch(self._sql["claim_due"], limit, owner, lease)
         return [_effect(row) for row in rows]
 
+    async def unknown_summary(self) -> list[tuple[str, EffectStatus, int, datetime]]:
+        """(route, status, count, oldest change) of effects awaiting proof or a person.
+
+        Across tenants on purpose: it feeds metrics, which never carry a tenant label.
+        """
+        async with _translated():
+            rows = await self._pool.fetch(self._sql["unknown_summary"])
+        return [
+            (row["route"], EffectStatus(row["status"]), row["effects"], row["oldest"])
+            for row in rows
+        ]
+
     # -- reads (always scoped by tenant) ------------------------------------------------
 
     async def get(self, tenant_id: str, effect_id: UUID) -> Effect:
@@ -490,8 +504,8 @@ class Store:
             raise self._stale(effect)
         return _effect(row)
 
-    @staticmethod
-    def _stale(effect: Effect) -> StaleVersion:
+    def _stale(self, effect: Effect) -> StaleVersion:
+        self.on_fenced()
         return StaleVersion(
             f"effect {effect.effect_id} is no longer at version {effect.version} "
             f"({effect.status}); the write was fenced and changed nothing"

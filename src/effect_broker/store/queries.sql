@@ -203,3 +203,10 @@ INSERT INTO tenant_api_keys (key_id, tenant_id, secret_hash) VALUES ($1, $2, $3)
 -- The tenant and secret hash of a live (not revoked) API key.
 SELECT tenant_id, secret_hash FROM tenant_api_keys
 WHERE key_id = $1 AND revoked_at IS NULL;
+
+-- unknown_summary --
+-- Effects waiting on a proof or a person, across tenants, by route and status.
+SELECT route, status, count(*) AS effects, min(updated_at) AS oldest
+FROM effects
+WHERE status IN ('outcome_unknown', 'manual_review')
+GROUP BY route, status;

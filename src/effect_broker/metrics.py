@@ -1,0 +1,68 @@
+"""Prometheus metrics: correctness first (unknown effects, fenced writes), then cost.
+
+One registry per process state, not the global one, so several proxies can live in one
+test process. No tenant label anywhere: tenants are unbounded, routes are not.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        self.effects = Counter(
+            "effect_broker_effects",
+            "Effects by the outcome a request or the reconciler left them in.",
+            ["route", "outcome"],
+            registry=self.registry,
+        )
+        self.unknown = Gauge(
+            "effect_broker_unknown_effects",
+            "Effects unknown or awaiting an operator, by route and status.",
+            ["route", "status"],
+            registry=self.registry,
+        )
+        self.oldest_unknown = Gauge(
+            "effect_broker_oldest_unknown_age_seconds",
+            "Age of the oldest effect still unknown or in manual review, by route.",
+            ["route"],
+            registry=self.registry,
+        )
+        self.attempts = Counter(
+            "effect_broker_attempts",
+            "Dispatch attempts sent upstream, by route and what they proved.",
+            ["route", "delivery"],
+            registry=self.registry,
+        )
+        self.probes = Counter(
+            "effect_broker_probes",
+            "Reconciliation lookups by result (found, absent, unknown).",
+            ["route", "result"],
+            registry=self.registry,
+        )
+        self.fenced = Counter(
+            "effect_broker_fenced_writes",
+            "Writes refused because a newer worker had moved the effect (stale version).",
+            registry=self.registry,
+        )
+        self.conflicts = Counter(
+            "effect_broker_payload_conflicts",
+            "Operation keys reused with a different payload (answered 422).",
+            ["route"],
+            registry=self.registry,
+        )
+        self.replays = Counter(
+            "effect_broker_replays",
+            "Stored receipts given back instead of a new dispatch.",
+            ["route"],
+            registry=self.registry,
+        )
+        self.overhead = Histogram(
+            "effect_broker_proxy_overhead_seconds",
+            "Time a recorded request spent in the proxy, upstream time excluded.",
+            ["route"],
+            buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0),
+            registry=self.registry,
+        )
