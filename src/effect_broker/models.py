@@ -67,6 +67,7 @@ class ReceiptSource(StrEnum):
     RESPONSE = "response"
     PROBE = "probe"
     OPERATOR = "operator"
+    PROXY = "proxy"  # given up after the retry limit; nothing was ever sent
 
 
 @dataclass(frozen=True, slots=True)

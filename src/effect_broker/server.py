@@ -44,13 +44,16 @@ async def serve_until_stopped(
     admin_listen: str,
     on_ready: Callable[[tuple[str, int], tuple[str, int]], Awaitable[None] | None]
     | None = None,
+    reconcile: bool = True,
 ) -> None:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, stop.set)
     async with AsyncExitStack() as stack:
-        proxy_address = await start_site(stack, build_proxy_app(state), listen)
+        proxy_address = await start_site(
+            stack, build_proxy_app(state, reconcile=reconcile), listen
+        )
         admin_address = await start_site(stack, build_admin_app(state), admin_listen)
         if on_ready is not None:
             result = on_ready(proxy_address, admin_address)

@@ -38,5 +38,8 @@ class Settings(BaseSettings):
         ge=0,
         description="Largest response body kept in a receipt; see README for beyond.",
     )
+    reconciler: bool = Field(
+        True, description="Run the built-in reconciler inside the proxy process."
+    )
     pool_min_size: int = Field(1, ge=1)
     pool_max_size: int = Field(10, ge=1)

@@ -24,13 +24,14 @@ def _register() -> None:
     if _registered:
         return
     _registered = True
-    from effect_broker.cli import migrate, routes, serve, tenants, up
+    from effect_broker.cli import migrate, reconciler, routes, serve, tenants, up
 
     app.add_typer(routes.routes_app, name="routes")
     app.add_typer(tenants.tenants_app, name="tenants")
     app.command(name="migrate")(migrate.migrate)
     app.command(name="serve")(serve.serve)
     app.command(name="up")(up.up)
+    app.command(name="reconciler")(reconciler.reconciler)
 
 
 def main() -> None:

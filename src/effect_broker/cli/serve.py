@@ -61,6 +61,7 @@ async def run_proxy(
             listen=settings.listen,
             admin_listen=settings.admin_listen,
             on_ready=ready,
+            reconcile=settings.reconciler,
         )
 
 

@@ -6,7 +6,9 @@ raise becomes problem+json here, in one place.
 
 from __future__ import annotations
 
+import asyncio
 import logging
+from collections.abc import AsyncIterator
 
 from aiohttp import web
 from aiohttp.typedefs import Handler
@@ -118,10 +120,23 @@ async def problems_middleware(
         )
 
 
-def build_proxy_app(state: ProxyState) -> web.Application:
+async def reconciler_task(app: web.Application) -> AsyncIterator[None]:
+    """The built-in reconciler runs beside the proxy and stops cleanly with it."""
+    from effect_broker.reconciler import Reconciler  # it builds on the proxy modules
+
+    stop = asyncio.Event()
+    task = asyncio.create_task(Reconciler(app[PROXY_STATE]).run(stop))
+    yield
+    stop.set()
+    await task
+
+
+def build_proxy_app(state: ProxyState, *, reconcile: bool = False) -> web.Application:
     app = web.Application(
         middlewares=[problems_middleware], client_max_size=state.max_request_bytes
     )
     app[PROXY_STATE] = state
     app.router.add_route("*", "/{tail:.*}", handle)
+    if reconcile:
+        app.cleanup_ctx.append(reconciler_task)
     return app

@@ -8,26 +8,54 @@ write what the answer proves. Every write is fenced by the effect's version.
 from __future__ import annotations
 
 import random
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 
 import aiohttp
 
 from effect_broker import failpoints
-from effect_broker.contracts import Contract
+from effect_broker.contracts import Contract, Route
 from effect_broker.crypto import Keyring
 from effect_broker.metrics import Metrics
 from effect_broker.models import Effect, EffectStatus, ReceiptSource
+from effect_broker.proxy.headers import upstream_request_headers
 from effect_broker.proxy.messages import StoredRequest, StoredResponse, encode_response
 from effect_broker.proxy.outcomes import (
     backoff,
     next_look_when_unknown,
     status_after_answer,
 )
+from effect_broker.proxy.probe import ProbeVerdict, run_probe
+from effect_broker.proxy.targets import base_url
 from effect_broker.proxy.upstream import AttemptResult, Delivery, send
 from effect_broker.store import Store
 
 TRUNCATED_HEADER = "Effect-Receipt-Truncated"
+
+
+def outgoing_request(
+    route: Route,
+    stored: StoredRequest,
+    downstream_key: str,
+    injected: Mapping[str, Mapping[str, str]],
+) -> StoredRequest:
+    """The stored request with this route's derived key and credentials put in."""
+    headers = upstream_request_headers(
+        stored.headers,
+        operation_key_header=route.operation_key_header,
+        downstream_header=route.contract.downstream_header,
+        downstream_key=downstream_key,
+        inject=injected.get(route.name, {}),
+    )
+    return StoredRequest(stored.method, stored.url, headers, stored.body)
+
+
+@dataclass(frozen=True, slots=True)
+class Probed:
+    effect: Effect
+    verdict: ProbeVerdict
+    elapsed: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,6 +199,60 @@ class Dispatcher:
         failpoints.hit(failpoints.AFTER_RECEIPT_COMMIT)
         return settled
 
+    async def probe(
+        self,
+        effect: Effect,
+        route: Route,
+        *,
+        stored_url: str,
+        injected: Mapping[str, Mapping[str, str]],
+    ) -> Probed:
+        """Look an unknown reconcilable effect up, then write what the answer proves:
+        found settles it with the probe's receipt, a conclusive absence requeues it
+        (PREPARED), anything else leaves it unknown for a later look."""
+        contract = route.contract
+        assert contract.probe is not None, "only reconcilable contracts are probed"
+        effect = await self._store.transition(
+            effect,
+            EffectStatus.RECONCILING,
+            kind="probe",
+            actor=self._owner,
+            lease_owner=self._owner,
+            lease=contract.timeout + self._lease_grace,
+        )
+        result = await run_probe(
+            self._session,
+            contract.probe,
+            base_url=base_url(route, stored_url),
+            downstream_key=effect.downstream_key,
+            headers=list(injected.get(route.name, {}).items()),
+            timeout=contract.timeout,
+            max_body=self._max_receipt_bytes,
+        )
+        self.metrics.probes.labels(effect.route, result.verdict.value).inc()
+        if result.verdict is ProbeVerdict.FOUND and result.response is not None:
+            effect = await self.record_receipt(
+                effect,
+                EffectStatus.SUCCEEDED,
+                result.response,
+                source=ReceiptSource.PROBE,
+                external_id=result.external_id,
+            )
+        elif result.verdict is ProbeVerdict.ABSENT:
+            effect = await self._store.transition(
+                effect, EffectStatus.PREPARED, kind="probe_absent", actor=self._owner
+            )
+        else:
+            effect = await self._store.transition(
+                effect,
+                EffectStatus.OUTCOME_UNKNOWN,
+                kind="probe_unknown",
+                actor=self._owner,
+                due_in=backoff(effect.attempts, rng=self._rng),
+                error=result.detail,
+            )
+        return Probed(effect, result.verdict, result.elapsed)
+
     async def _mark_unknown(self, effect: Effect, contract: Contract, why: str) -> Effect:
         return await self._store.transition(
             effect,
@@ -181,4 +263,7 @@ class Dispatcher:
                 effect.safety, effect.attempts, contract.settlement_bound, rng=self._rng
             ),
             error=why,
+            # The target may have committed at any moment up to now: only a lookup made
+            # a full settlement bound after this point can prove absence.
+            settle_within=contract.settlement_bound,
         )

@@ -32,10 +32,10 @@ from effect_broker.errors import (
     StaleVersion,
     UpstreamUnreachable,
 )
-from effect_broker.models import Effect, EffectStatus, ReceiptSource, Reservation
+from effect_broker.models import Effect, EffectStatus, Reservation
 from effect_broker.models import ReservationOutcome as Outcome
 from effect_broker.proxy.decide import Verdict, decide
-from effect_broker.proxy.dispatch import Dispatched
+from effect_broker.proxy.dispatch import Dispatched, Probed, outgoing_request
 from effect_broker.proxy.headers import upstream_request_headers
 from effect_broker.proxy.messages import (
     StoredRequest,
@@ -43,10 +43,9 @@ from effect_broker.proxy.messages import (
     decode_response,
     encode_request,
 )
-from effect_broker.proxy.probe import ProbeVerdict, run_probe
 from effect_broker.proxy.problems import effect_headers, problem_response
 from effect_broker.proxy.state import ProxyState
-from effect_broker.proxy.targets import base_url, upstream_url
+from effect_broker.proxy.targets import upstream_url
 
 MAX_OPERATION_KEY = 255
 REPLAYED_HEADER = "Idempotent-Replayed"
@@ -225,17 +224,8 @@ class EffectRequest:
     async def _dispatch(
         self, effect: Effect, stored: StoredRequest
     ) -> web.StreamResponse:
-        outgoing = StoredRequest(
-            stored.method,
-            stored.url,
-            upstream_request_headers(
-                stored.headers,
-                operation_key_header=self.route.operation_key_header,
-                downstream_header=self.contract.downstream_header,
-                downstream_key=effect.downstream_key,
-                inject=self.state.injected.get(self.route.name, {}),
-            ),
-            stored.body,
+        outgoing = outgoing_request(
+            self.route, stored, effect.downstream_key, self.state.injected
         )
         dispatched = await self._fenced(
             self.state.dispatcher.dispatch(effect, self.contract, outgoing), effect
@@ -316,52 +306,17 @@ class EffectRequest:
 
     async def _probe(self, effect: Effect) -> Effect:
         """Reconcilable and unknown: look it up before anything is sent again."""
-        probe = self.contract.probe
-        assert probe is not None
-        store, owner = self.state.store, self.state.owner
-        effect = await self._fenced(
-            store.transition(
+        probed: Probed = await self._fenced(
+            self.state.dispatcher.probe(
                 effect,
-                EffectStatus.RECONCILING,
-                kind="probe",
-                actor=owner,
-                lease_owner=owner,
-                lease=self.contract.timeout + timedelta(seconds=5),
+                self.route,
+                stored_url=self._stored_request(b"").url,
+                injected=self.state.injected,
             ),
             effect,
         )
-        stored_url = self._stored_request(b"").url
-        result = await run_probe(
-            self.state.session,
-            probe,
-            base_url=base_url(self.route, stored_url),
-            downstream_key=effect.downstream_key,
-            headers=list(self.state.injected.get(self.route.name, {}).items()),
-            timeout=self.contract.timeout,
-            max_body=self.state.max_receipt_bytes,
-        )
-        self.state.metrics.probes.labels(self.route.name, result.verdict.value).inc()
-        self.upstream_seconds += result.elapsed
-        if result.verdict is ProbeVerdict.FOUND and result.response is not None:
-            return await self.state.dispatcher.record_receipt(
-                effect,
-                EffectStatus.SUCCEEDED,
-                result.response,
-                source=ReceiptSource.PROBE,
-                external_id=result.external_id,
-            )
-        if result.verdict is ProbeVerdict.ABSENT:
-            return await store.transition(
-                effect, EffectStatus.PREPARED, kind="probe_absent", actor=owner
-            )
-        return await store.transition(
-            effect,
-            EffectStatus.OUTCOME_UNKNOWN,
-            kind="probe_unknown",
-            actor=owner,
-            due_in=timedelta(seconds=5),
-            error=result.detail,
-        )
+        self.upstream_seconds += probed.elapsed
+        return probed.effect
 
     async def _fenced(self, write: Any, effect: Effect) -> Any:
         try:

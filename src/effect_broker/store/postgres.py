@@ -308,12 +308,15 @@ class Store:
         lease: timedelta | None = None,
         due_in: timedelta | None = None,
         error: str | None = None,
+        settle_within: timedelta | None = None,
     ) -> Effect:
         """Move ``effect`` to ``to`` if nobody wrote it since it was read.
 
         ``lease`` keeps the effect claimed by ``lease_owner`` (RECONCILING); ``due_in``
         sets when the reconciler looks again (RETRYABLE, OUTCOME_UNKNOWN, a requeue).
         With neither, nothing is due: the effect is settled or waits for an operator.
+        ``settle_within`` restarts the settlement clock: a lookup is conclusive only
+        that long after the moment the outcome was lost.
         """
         if to in _SETTLED:
             raise ValueError("settling an effect stores a receipt: use record_receipt")
@@ -334,12 +337,21 @@ class Store:
             due_in,
             error,
             dict(details or {}),
+            settle_within,
         )
 
     async def reschedule(
-        self, effect: Effect, *, delay: timedelta, actor: str, error: str | None = None
+        self,
+        effect: Effect,
+        *,
+        delay: timedelta | None,
+        actor: str,
+        error: str | None = None,
     ) -> Effect:
-        """Keep the status, release the lease and look again after ``delay``."""
+        """Keep the status, release the lease and look again after ``delay``.
+
+        ``delay=None`` leaves nothing due: the effect waits for a person (unsafe).
+        """
         return await self._write_one(
             "reschedule",
             effect,

@@ -44,6 +44,7 @@ WITH moved AS (
         lease_owner = $7,
         lease_expires_at = now() + $8::interval,
         due_at = coalesce(now() + $8::interval, now() + $9::interval),
+        settlement_deadline = coalesce(now() + $12::interval, settlement_deadline),
         last_error = $10,
         updated_at = now()
     WHERE effect_id = $1 AND version = $2 AND status = $3
@@ -87,7 +88,7 @@ WITH moved AS (
         version = version + 1,
         lease_owner = NULL,
         lease_expires_at = NULL,
-        due_at = now() + $4::interval,
+        due_at = now() + $4::interval,  -- NULL: nothing is due until an operator acts
         last_error = coalesce($6, last_error),
         updated_at = now()
     WHERE effect_id = $1 AND version = $2 AND status = $3
