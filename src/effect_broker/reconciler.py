@@ -55,6 +55,7 @@ class Reconciler:
             owner=self.owner,
             max_receipt_bytes=state.max_receipt_bytes,
             metrics=state.metrics,
+            lease_grace=state.lease_grace,
         )
         self._routes = {route.name: route for route in state.config.routes}
 
@@ -105,7 +106,8 @@ class Reconciler:
                 EffectStatus.OUTCOME_UNKNOWN,
                 kind="lease_expired",
                 actor=self.owner,
-                error=f"{effect.lease_owner} stopped while it was {effect.status}",
+                error=f"its worker stopped while it was {effect.status}; who held it "
+                "is in the claim event's previous_owner",
                 settle_within=route.contract.settlement_bound,
             )
             log.warning(

@@ -81,6 +81,7 @@ async def open_runtime(
                     owner=owner,
                     max_receipt_bytes=settings.max_receipt_bytes,
                     metrics=metrics,
+                    lease_grace=settings.lease_grace,
                 ),
                 tenant=settings.tenant,
                 gateway=TenantResolver(store) if settings.gateway else None,
@@ -89,6 +90,7 @@ async def open_runtime(
                 max_request_bytes=settings.max_request_bytes,
                 max_receipt_bytes=settings.max_receipt_bytes,
                 metrics=metrics,
+                lease_grace=settings.lease_grace,
             )
     finally:
         await store.close()

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
 from pathlib import Path
 
-from pydantic import Field, SecretStr
+from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from effect_broker.durations import parse_duration
 
 
 class Settings(BaseSettings):
@@ -41,5 +44,16 @@ class Settings(BaseSettings):
     reconciler: bool = Field(
         True, description="Run the built-in reconciler inside the proxy process."
     )
+    lease_grace: timedelta = Field(
+        timedelta(seconds=5),
+        description="How long past a contract's timeout a dispatch lease lasts before "
+        "the reconciler may treat its holder as dead.",
+    )
     pool_min_size: int = Field(1, ge=1)
     pool_max_size: int = Field(10, ge=1)
+
+    @field_validator("lease_grace", mode="before")
+    @classmethod
+    def _duration(cls, value: object) -> object:
+        """Durations read like routes.yaml's: ``500ms``, ``5s``, ``2m``."""
+        return parse_duration(value) if isinstance(value, str) else value

@@ -76,7 +76,7 @@ class Dispatcher:
         owner: str,
         max_receipt_bytes: int,
         metrics: Metrics,
-        lease_grace: timedelta = timedelta(seconds=5),
+        lease_grace: timedelta,
     ) -> None:
         self._store = store
         self._keyring = keyring

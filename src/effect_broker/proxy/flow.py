@@ -151,7 +151,7 @@ class EffectRequest:
             request_ciphertext=sealed,
             request_preview=self._preview(body),
             owner=self.state.owner,
-            lease=self.contract.timeout + timedelta(seconds=5),
+            lease=self.contract.timeout + self.state.lease_grace,
             effect_id=effect_id,
         )
         failpoints.hit(failpoints.AFTER_RESERVE)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import timedelta
 
 import aiohttp
 from aiohttp import web
@@ -30,6 +31,7 @@ class ProxyState:
     max_request_bytes: int
     max_receipt_bytes: int
     metrics: Metrics
+    lease_grace: timedelta
 
 
 PROXY_STATE = web.AppKey("proxy_state", ProxyState)

@@ -103,7 +103,7 @@ FROM moved;
 -- claim_due --
 -- Lease up to $1 effects whose wake-up time has passed, skipping rows others hold.
 WITH due AS (
-    SELECT effect_id FROM effects
+    SELECT effect_id, lease_owner AS previous_owner FROM effects
     WHERE due_at <= now()
     ORDER BY due_at
     LIMIT $1
@@ -117,11 +117,11 @@ WITH due AS (
         updated_at = now()
     FROM due
     WHERE e.effect_id = due.effect_id
-    RETURNING e.*
+    RETURNING e.*, due.previous_owner
 )
 SELECT claimed.*, append_effect_event(
     claimed.effect_id, claimed.version, 'claimed', claimed.status, claimed.status, $2,
-    '{}'::jsonb, claimed.updated_at
+    jsonb_build_object('previous_owner', claimed.previous_owner), claimed.updated_at
 ) IS NOT NULL AS event_written
 FROM claimed;
 
