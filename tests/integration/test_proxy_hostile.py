@@ -368,14 +368,6 @@ routes:
 """
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "bug: proxy/app.py matches forward requests on request.url.host, which drops "
-        "the port, so a route whose match.host names a non-default port never matches; "
-        "the POST passes through unrecorded with its Operation-Key (fails open)"
-    ),
-)
 async def test_a_forward_route_on_a_non_default_port_records_the_effect(
     database_url: str, tmp_path: Path
 ) -> None:

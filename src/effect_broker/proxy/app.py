@@ -46,12 +46,18 @@ async def handle(request: web.Request) -> web.StreamResponse:
     forward = is_absolute_form(request)
     route = state.config.table.match(
         method=request.method,
-        host=request.url.host if forward else None,
+        host=authority(request) if forward else None,
         path=request.path,
     )
     if route is None:
         return await unmatched(request, state, forward=forward)
     return await EffectRequest(state, route, request, tenant).handle()
+
+
+def authority(request: web.Request) -> str:
+    """host:port of an absolute-form request; routing drops default ports itself."""
+    url = request.url
+    return f"{url.host}:{url.port}" if url.port is not None else str(url.host)
 
 
 async def unmatched(
