@@ -24,7 +24,15 @@ def _register() -> None:
     if _registered:
         return
     _registered = True
-    from effect_broker.cli import migrate, reconciler, routes, serve, tenants, up
+    from effect_broker.cli import (
+        doctor,
+        migrate,
+        reconciler,
+        routes,
+        serve,
+        tenants,
+        up,
+    )
 
     app.add_typer(routes.routes_app, name="routes")
     app.add_typer(tenants.tenants_app, name="tenants")
@@ -32,6 +40,7 @@ def _register() -> None:
     app.command(name="serve")(serve.serve)
     app.command(name="up")(up.up)
     app.command(name="reconciler")(reconciler.reconciler)
+    app.command(name="doctor")(doctor.doctor)
 
 
 def main() -> None:

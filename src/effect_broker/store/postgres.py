@@ -185,8 +185,18 @@ class Store:
         async with _translated():
             await self._pool.fetchval(self._sql["ping"])
 
-    async def check_master_key(self, key_id: str) -> None:
-        """Refuse a master key other than the one that encrypted what is stored here."""
+    async def clock(self) -> datetime:
+        """The database's current time: leases are stamped with it."""
+        async with _translated():
+            now: datetime = await self._pool.fetchval(self._sql["clock"])
+        return now
+
+    async def check_master_key(self, key_id: str, *, record: bool = True) -> None:
+        """Refuse a master key other than the one that encrypted what is stored here.
+
+        A fresh ledger records the first key it sees (``record``), so every later start
+        with another key is refused.
+        """
         async with _translated():
             known = [
                 row["key_id"]
@@ -199,7 +209,7 @@ class Store:
                     f"but the configured master key is {key_id}; set "
                     "EFFECT_BROKER_MASTER_KEY to the key this ledger was created with"
                 )
-            if not known:
+            if not known and record:
                 await self._pool.execute(self._sql["record_master_key"], key_id)
 
     # -- tenants ------------------------------------------------------------------------

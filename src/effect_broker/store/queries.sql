@@ -211,3 +211,7 @@ SELECT route, status, count(*) AS effects, min(updated_at) AS oldest
 FROM effects
 WHERE status IN ('outcome_unknown', 'manual_review')
 GROUP BY route, status;
+
+-- clock --
+-- The database's idea of now, to measure clock skew against leases.
+SELECT now() AS now;

@@ -1,0 +1,174 @@
+"""``effect-broker doctor``: everything a proxy needs, checked before it serves.
+
+Each check says what it found and what to do about it; the command exits 1 when any
+check fails, so it works as a deployment gate.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from urllib.parse import urlsplit
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from effect_broker.cli.options import DatabaseUrl, Routes, settings_from
+from effect_broker.contracts import RoutesConfig
+from effect_broker.crypto import Keyring, MasterKey
+from effect_broker.errors import EffectBrokerError
+from effect_broker.routes_file import load_routes, resolve_inject_headers
+from effect_broker.settings import Settings
+from effect_broker.store import Store
+
+console = Console(soft_wrap=True, highlight=False)
+
+MAX_SKEW_SECONDS = 1.0
+CONNECT_TIMEOUT = 3.0
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    check: str
+    ok: bool
+    detail: str
+    warning: bool = False
+
+
+async def _guard(check: str, probe: Callable[[], Awaitable[Finding]]) -> Finding:
+    try:
+        return await probe()
+    except EffectBrokerError as exc:
+        return Finding(check, False, exc.message)
+
+
+async def _reach(host: str, port: int) -> str | None:
+    """None when a TCP connection opens, else why not."""
+    try:
+        _, writer = await asyncio.wait_for(
+            asyncio.open_connection(host, port), CONNECT_TIMEOUT
+        )
+    except (OSError, TimeoutError) as exc:
+        return str(exc) or type(exc).__name__
+    writer.close()
+    await writer.wait_closed()
+    return None
+
+
+async def _upstreams(config: RoutesConfig) -> list[Finding]:
+    findings = []
+    targets: set[tuple[str, int]] = set()
+    for route in config.routes:
+        if route.upstream:
+            parts = urlsplit(route.upstream)
+            default = 443 if parts.scheme == "https" else 80
+            targets.add((parts.hostname or "", parts.port or default))
+    for host, port in sorted(targets):
+        failure = await _reach(host, port)
+        findings.append(
+            Finding(
+                f"upstream {host}:{port}",
+                failure is None,
+                "reachable" if failure is None else f"cannot connect: {failure}",
+                warning=failure is not None,
+            )
+        )
+    return findings
+
+
+async def diagnose(settings: Settings) -> list[Finding]:
+    findings: list[Finding] = []
+    try:
+        config = load_routes(settings.routes)
+        findings.append(
+            Finding("routes", True, f"{settings.routes}: {len(config.routes)} routes")
+        )
+        resolve_inject_headers(config, os.environ)
+        findings.append(Finding("secrets", True, "every ${env:...} reference is set"))
+    except EffectBrokerError as exc:
+        findings.append(Finding("routes", False, exc.message))
+        config = None
+    try:
+        master = MasterKey.from_base64(
+            settings.master_key.get_secret_value() if settings.master_key else None
+        )
+        keyring: Keyring | None = Keyring(master)
+        findings.append(Finding("master key", True, f"key id {master.key_id}"))
+    except EffectBrokerError as exc:
+        findings.append(Finding("master key", False, exc.message))
+        keyring = None
+    if not settings.database_url:
+        findings.append(
+            Finding("database", False, "set EFFECT_BROKER_DATABASE_URL or --database-url")
+        )
+    else:
+        findings += await _database(settings.database_url, keyring)
+    if config is not None:
+        findings += await _upstreams(config)
+    return findings
+
+
+async def _database(database_url: str, keyring: Keyring | None) -> list[Finding]:
+    try:
+        store = await Store.connect(database_url, max_size=1)
+    except EffectBrokerError as exc:
+        return [Finding("database", False, exc.message)]
+    try:
+
+        async def migrations() -> Finding:
+            pending = await store.pending_migrations()
+            if pending:
+                labels = ", ".join(m.label for m in pending)
+                return Finding("migrations", False, f"pending: {labels}; run migrate")
+            return Finding("migrations", True, "current")
+
+        async def skew() -> Finding:
+            before = datetime.now(UTC)
+            database_now = await store.clock()
+            after = datetime.now(UTC)
+            offset = (database_now - (before + (after - before) / 2)).total_seconds()
+            ok = abs(offset) <= MAX_SKEW_SECONDS
+            return Finding(
+                "clock skew",
+                ok,
+                f"{offset:+.3f}s against the database"
+                + ("" if ok else "; leases and deadlines need synchronized clocks (NTP)"),
+            )
+
+        async def key() -> Finding:
+            if keyring is None:
+                return Finding("ledger key", False, "no valid master key to compare")
+            await store.check_master_key(keyring.key_id, record=False)
+            return Finding("ledger key", True, "the ledger was written with this key")
+
+        findings = [Finding("database", True, "reachable")]
+        for check, probe in (("migrations", migrations), ("clock skew", skew)):
+            findings.append(await _guard(check, probe))
+        findings.append(await _guard("ledger key", key))
+        return findings
+    finally:
+        await store.close()
+
+
+def doctor(routes: Routes = None, database_url: DatabaseUrl = None) -> None:
+    """Check routes, secrets, master key, database, migrations, clock and upstreams."""
+    settings = settings_from(routes=routes, database_url=database_url)
+    findings = asyncio.run(diagnose(settings))
+    table = Table("check", "result", "detail", title="effect-broker doctor")
+    for finding in findings:
+        if finding.ok:
+            result = "[green]ok[/]"
+        elif finding.warning:
+            result = "[yellow]warning[/]"
+        else:
+            result = "[bold red]FAIL[/]"
+        table.add_row(finding.check, result, finding.detail)
+    console.print(table)
+    failed = [f for f in findings if not f.ok and not f.warning]
+    if failed:
+        console.print(f"[bold red]{len(failed)} check(s) failed[/]")
+        raise typer.Exit(1)
