@@ -84,6 +84,13 @@ class RouteRefused(EffectBrokerError):
     status = 403
 
 
+class RouteNotFound(EffectBrokerError):
+    """No route matches this request on the sidecar."""
+
+    problem_type = "route-not-found"
+    status = 404
+
+
 class UpstreamUnreachable(EffectBrokerError):
     """The target could not be reached; nothing was sent, so a retry is safe."""
 

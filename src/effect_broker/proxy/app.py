@@ -17,6 +17,7 @@ from effect_broker.errors import (
     BodyTooLarge,
     EffectBrokerError,
     ProxyAuthenticationRequired,
+    RouteNotFound,
     RouteRefused,
     StoreUnavailable,
 )
@@ -27,13 +28,6 @@ from effect_broker.proxy.state import PROXY_STATE, ProxyState
 from effect_broker.routing import is_mutating
 
 log = logging.getLogger("effect_broker.proxy")
-
-
-class RouteNotFound(EffectBrokerError):
-    """No route matches this request on the sidecar."""
-
-    problem_type = "route-not-found"
-    status = 404
 
 
 async def handle(request: web.Request) -> web.StreamResponse:

@@ -32,7 +32,7 @@ from effect_broker.errors import (
     StaleVersion,
     UpstreamUnreachable,
 )
-from effect_broker.models import Effect, EffectStatus, Reservation
+from effect_broker.models import Effect, EffectStatus, Reservation, SafetyClass
 from effect_broker.models import ReservationOutcome as Outcome
 from effect_broker.proxy.decide import Verdict, decide
 from effect_broker.proxy.dispatch import Dispatched, Probed, outgoing_request
@@ -281,11 +281,11 @@ class EffectRequest:
         return out
 
     def _unknown_advice(self, effect: Effect) -> str:
-        if effect.safety.value == "idempotent":
+        if effect.safety is SafetyClass.IDEMPOTENT:
             return (
                 "Retrying with the same Operation-Key is safe: the target deduplicates."
             )
-        if effect.safety.value == "reconcilable":
+        if effect.safety is SafetyClass.RECONCILABLE:
             return "A retry with the same Operation-Key looks the effect up first."
         return "It will not be sent again; an operator resolves it through the admin API."
 
