@@ -99,6 +99,21 @@ class TenantResolver:
             "the proxy credentials are not a live API key of that tenant"
         )
 
+    async def tenant_for_api_key(self, api_key: str) -> str | None:
+        """The tenant owning a live API key, or None: the admin API's bearer check.
+
+        The admin API takes the key alone (``Authorization: Bearer ebk_...``), so the
+        tenant comes from the key's stored row, never from anything the caller names.
+        """
+        parsed = parse_api_key(api_key)
+        if parsed is None:
+            return None
+        key_id, secret = parsed
+        known = await self._lookup(key_id)
+        if known is None or not hmac.compare_digest(known[1], hash_secret(secret)):
+            return None
+        return known[0]
+
     async def _lookup(self, key_id: str) -> tuple[str, bytes] | None:
         cached = self._cache.get(key_id)
         now = time.monotonic()

@@ -1,11 +1,74 @@
-"""The admin application, served on its own port next to the proxy."""
+"""The admin application, served on its own port next to the proxy.
+
+Open: ``/healthz``, ``/readyz``, ``/metrics`` and ``/openapi.json``. Everything under
+``/v1`` needs a bearer token that decides the tenant (see ``admin.auth``); an effect of
+another tenant is answered exactly like one that does not exist. Every error is RFC 9457
+problem+json with a stable ``type``.
+"""
 
 from __future__ import annotations
 
-from aiohttp import web
+import asyncio
+import json
+import logging
+from datetime import UTC, datetime
+from uuid import UUID
 
-from effect_broker.errors import EffectBrokerError
+from aiohttp import web
+from aiohttp.typedefs import Handler
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from pydantic import SecretStr
+
+from effect_broker.admin.auth import ADMIN_TOKEN, TENANT, configured_token, require_token
+from effect_broker.admin.openapi import OPENAPI
+from effect_broker.admin.resolve import (
+    InvalidResolution,
+    parse_resolution,
+    reconcile_now,
+    resolve,
+)
+from effect_broker.admin.views import (
+    DetailedProblem,
+    InvalidParameter,
+    effect_detail_view,
+    effect_view,
+    encode_cursor,
+    parse_at_sequence,
+    parse_list_query,
+    receipt_view,
+)
+from effect_broker.errors import BodyTooLarge, EffectBrokerError, EffectNotFound
+from effect_broker.history import fold_events
+from effect_broker.models import Effect
+from effect_broker.proxy.messages import decode_response
+from effect_broker.proxy.problems import problem_response
 from effect_broker.proxy.state import PROXY_STATE, ProxyState
+
+log = logging.getLogger("effect_broker.admin")
+
+
+class NoReceipt(EffectBrokerError):
+    """This effect has no receipt yet."""
+
+    problem_type = "no-receipt"
+    status = 404
+
+
+class RouteNotFound(EffectBrokerError):
+    """The admin API has no such route."""
+
+    problem_type = "route-not-found"
+    status = 404
+
+
+class MethodNotAllowed(EffectBrokerError):
+    """This admin route does not take that method."""
+
+    problem_type = "method-not-allowed"
+    status = 405
+
+
+# -- probes and metrics (open) --------------------------------------------------------
 
 
 async def healthz(request: web.Request) -> web.Response:
@@ -31,9 +94,200 @@ async def readyz(request: web.Request) -> web.Response:
     return web.json_response({"status": "ready"})
 
 
-def build_admin_app(state: ProxyState) -> web.Application:
-    app = web.Application()
+async def refresh_unknown_gauges(state: ProxyState) -> None:
+    """Set the unknown-effect gauges from the ledger, the only authority on them.
+
+    Series seen before are set to 0 first, so a route whose last unknown effect was
+    resolved reads 0 (and an alert on it clears) instead of keeping its last value.
+    """
+    summary = await state.store.unknown_summary()
+    now = datetime.now(UTC)
+    metrics = state.metrics
+    for gauge in (metrics.unknown, metrics.oldest_unknown):
+        for family in gauge.collect():
+            for sample in family.samples:
+                gauge.labels(**sample.labels).set(0)
+    oldest: dict[str, float] = {}
+    for route, status, count, since in summary:
+        metrics.unknown.labels(route, status.value).set(count)
+        age = max((now - since).total_seconds(), 0.0)
+        oldest[route] = max(oldest.get(route, 0.0), age)
+    for route, age in oldest.items():
+        metrics.oldest_unknown.labels(route).set(age)
+
+
+async def metrics(request: web.Request) -> web.Response:
+    """Prometheus text; open because it carries routes and counts, never tenants."""
+    state = request.app[PROXY_STATE]
+    await refresh_unknown_gauges(state)
+    return web.Response(
+        body=generate_latest(state.metrics.registry),
+        headers={"Content-Type": CONTENT_TYPE_LATEST},
+    )
+
+
+async def openapi(request: web.Request) -> web.Response:
+    return web.json_response(OPENAPI)
+
+
+# -- /v1 (bearer token; the token decides the tenant) ----------------------------------
+
+
+def _effect_id(request: web.Request) -> UUID:
+    text = request.match_info["effect_id"]
+    try:
+        return UUID(text)
+    except ValueError:
+        # Not a UUID cannot name an effect: the same answer as an unknown one.
+        raise EffectNotFound(f"no effect {text!r} for this tenant") from None
+
+
+async def _load(request: web.Request) -> Effect:
+    effect_id = _effect_id(request)
+    try:
+        return await request.app[PROXY_STATE].store.get(request[TENANT], effect_id)
+    except EffectNotFound:
+        raise EffectNotFound(f"no effect {effect_id} for this tenant") from None
+
+
+def _actor(request: web.Request) -> str:
+    return f"operator:{request[TENANT]}"
+
+
+async def list_effects(request: web.Request) -> web.Response:
+    query = parse_list_query(request.query, datetime.now(UTC))
+    page = await request.app[PROXY_STATE].store.list_effects(
+        request[TENANT], query.where, cursor=query.cursor, limit=query.limit
+    )
+    return web.json_response(
+        {
+            "effects": [effect_view(effect) for effect in page.effects],
+            "next_cursor": encode_cursor(page.next_cursor) if page.next_cursor else None,
+        }
+    )
+
+
+async def get_effect(request: web.Request) -> web.Response:
+    """The effect, its event history (optionally folded at a sequence) and attempts."""
+    at_sequence = parse_at_sequence(request.query.get("at_sequence"))
+    effect = await _load(request)
+    store, tenant = request.app[PROXY_STATE].store, request[TENANT]
+    events, attempts, first_bad = await asyncio.gather(
+        store.events(tenant, effect.effect_id),
+        store.attempts(tenant, effect.effect_id),
+        store.verify_events(effect.effect_id),
+    )
+    folded = None
+    if at_sequence is not None:
+        if at_sequence > len(events):
+            raise InvalidParameter(
+                "at_sequence", f"must be from 1 to {len(events)}, the last event"
+            )
+        folded = fold_events(events, at_sequence)
+    view = effect_detail_view(
+        effect, events, attempts, chain_intact=first_bad is None, at_sequence=folded
+    )
+    return web.json_response(view)
+
+
+async def get_receipt(request: web.Request) -> web.Response:
+    """The stored answer, decrypted for its own tenant; 404 until the effect settles."""
+    effect = await _load(request)
+    state = request.app[PROXY_STATE]
+    receipt = await state.store.receipt(request[TENANT], effect.effect_id)
+    if receipt is None:
+        raise NoReceipt(
+            f"effect {effect.effect_id} is {effect.status}; only a settled effect "
+            "(succeeded or failed_final) has a receipt"
+        )
+    plaintext = state.keyring.decrypt(
+        tenant_id=effect.tenant_id,
+        effect_id=str(effect.effect_id),
+        kind="response",
+        blob=receipt.response_ciphertext,
+    )
+    return web.json_response(receipt_view(receipt, decode_response(plaintext)))
+
+
+async def post_reconcile(request: web.Request) -> web.Response:
+    effect = await _load(request)
+    updated = await reconcile_now(request.app[PROXY_STATE], effect, actor=_actor(request))
+    return web.json_response(effect_view(updated), status=202)
+
+
+async def post_resolve(request: web.Request) -> web.Response:
+    try:
+        body = await request.json()
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        raise InvalidResolution("body", "is not valid JSON") from None
+    resolution = parse_resolution(body)
+    effect = await _load(request)
+    updated = await resolve(
+        request.app[PROXY_STATE], effect, resolution, actor=_actor(request)
+    )
+    return web.json_response(effect_view(updated))
+
+
+# -- the application --------------------------------------------------------------------
+
+
+def _http_problem(request: web.Request, exc: web.HTTPException) -> web.Response | None:
+    """aiohttp's own refusals, in the same problem+json shape as everything else."""
+    if exc.status == 404:
+        return problem_response(RouteNotFound(f"no admin route {request.path}"))
+    if exc.status == 405:
+        allow = exc.headers.get("Allow", "")
+        return problem_response(
+            MethodNotAllowed(f"{request.path} takes {allow or 'other methods'}"),
+            headers={"Allow": allow},
+        )
+    if exc.status == 413:
+        return problem_response(BodyTooLarge("the request body is too large"))
+    return None
+
+
+@web.middleware
+async def problems(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Every error becomes problem+json here; no stack trace reaches a client."""
+    try:
+        return await handler(request)
+    except web.HTTPException as exc:
+        answer = _http_problem(request, exc)
+        if answer is None:
+            raise
+        return answer
+    except EffectBrokerError as exc:
+        if exc.status >= 500:
+            log.error("%s %s failed: %s", request.method, request.path, exc.message)
+        extra = exc.extra if isinstance(exc, DetailedProblem) else None
+        return problem_response(exc, extra=extra)
+    except Exception:
+        log.exception("%s %s failed", request.method, request.path)
+        return problem_response(
+            EffectBrokerError("the admin API failed; the broker's log has the cause")
+        )
+
+
+def build_admin_app(
+    state: ProxyState, *, admin_token: SecretStr | str | None = None
+) -> web.Application:
+    """The admin app for ``state``; ``admin_token`` unlocks ``/v1`` in sidecar mode.
+
+    Without a token a sidecar's ``/v1`` answers 401 with how to set one: an admin API
+    that settles effects by hand must never be open by default.
+    """
+    app = web.Application(middlewares=[problems, require_token])
     app[PROXY_STATE] = state
+    token = configured_token(admin_token)
+    if token is not None:
+        app[ADMIN_TOKEN] = token
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
+    app.router.add_get("/metrics", metrics)
+    app.router.add_get("/openapi.json", openapi)
+    app.router.add_get("/v1/effects", list_effects)
+    app.router.add_get("/v1/effects/{effect_id}", get_effect)
+    app.router.add_get("/v1/effects/{effect_id}/receipt", get_receipt)
+    app.router.add_post("/v1/effects/{effect_id}/reconcile", post_reconcile)
+    app.router.add_post("/v1/effects/{effect_id}/resolve", post_resolve)
     return app

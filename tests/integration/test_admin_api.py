@@ -1,0 +1,773 @@
+"""The admin API end to end: effects made by real requests through the proxy, then
+listed, inspected, reconciled and resolved over HTTP, on a fresh ledger per test.
+
+Unknown outcomes come from the demo target's ``hang_after_commit`` fault: the charge is
+committed but its answer never arrives, so the proxy times out (500 ms) and records
+``outcome_unknown``. The target's own table says what really happened.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import re
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack, asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from uuid import UUID, uuid4
+
+import aiohttp
+import asyncpg
+import pytest
+
+from effect_broker.admin.app import build_admin_app
+from effect_broker.models import EffectStatus
+from effect_broker.server import start_site
+from effect_broker.tenancy import new_api_key
+from tests.integration.harness import Broker, running_broker
+
+TOKEN = "t0k-admin-secret"
+PROBLEMS = "https://effect-broker.dev/problems/"
+PROBLEM_JSON = "application/problem+json"
+
+# Route name -> reverse-mode path on the sidecar (see harness.ROUTES).
+IDEMPOTENT = "payments"
+RECONCILABLE = "tickets"
+UNSAFE = "email"
+
+
+@dataclass(frozen=True)
+class Answer:
+    status: int
+    headers: dict[str, str]
+    body: bytes
+
+    @property
+    def json(self) -> Any:
+        return json.loads(self.body)
+
+    @property
+    def problem(self) -> dict[str, Any]:
+        assert self.headers["Content-Type"].startswith(PROBLEM_JSON), self
+        document: dict[str, Any] = json.loads(self.body)
+        return document
+
+
+@dataclass(frozen=True)
+class Admin:
+    """A broker plus an admin app that has a token (the harness's has none)."""
+
+    broker: Broker
+    url: str
+    token: str | None
+
+    async def call(
+        self,
+        method: str,
+        path: str,
+        *,
+        token: str | None = "default",
+        params: list[tuple[str, str]] | None = None,
+        body: object = None,
+        raw: bytes | None = None,
+    ) -> Answer:
+        bearer = self.token if token == "default" else token
+        headers = {"Authorization": f"Bearer {bearer}"} if bearer else {}
+        data = raw if raw is not None else None
+        if body is not None:
+            data = json.dumps(body).encode()
+        if data is not None:
+            headers["Content-Type"] = "application/json"
+        async with (
+            aiohttp.ClientSession() as session,
+            session.request(
+                method, self.url + path, params=params, data=data, headers=headers
+            ) as response,
+        ):
+            return Answer(response.status, dict(response.headers), await response.read())
+
+    async def get(self, path: str, **kwargs: Any) -> Answer:
+        return await self.call("GET", path, **kwargs)
+
+    async def post(self, path: str, body: object = None, **kwargs: Any) -> Answer:
+        return await self.call("POST", path, body=body, **kwargs)
+
+    async def effect(self, effect_id: str) -> dict[str, Any]:
+        answer = await self.get(f"/v1/effects/{effect_id}")
+        assert answer.status == 200, answer
+        document: dict[str, Any] = answer.json
+        return document
+
+
+@asynccontextmanager
+async def admin_broker(
+    database_url: str, tmp_path: Path, *, token: str | None = TOKEN, **settings: Any
+) -> AsyncIterator[Admin]:
+    """``running_broker`` plus an admin site built with ``admin_token``."""
+    settings.setdefault("timeout", "500ms")
+    async with (
+        running_broker(database_url, tmp_path, **settings) as broker,
+        AsyncExitStack() as stack,
+    ):
+        app = build_admin_app(broker.state, admin_token=token)
+        host, port = await start_site(stack, app, "127.0.0.1:0")
+        yield Admin(broker, f"http://{host}:{port}", token)
+
+
+@pytest.fixture
+async def admin(database_url: str, tmp_path: Path) -> AsyncIterator[Admin]:
+    async with admin_broker(database_url, tmp_path) as running:
+        yield running
+
+
+def order(key: str) -> dict[str, Any]:
+    return {"amount": 1200, "currency": "usd", "order_id": key}
+
+
+async def send(
+    broker: Broker, route: str, key: str, *, proxy_auth: str | None = None
+) -> Answer:
+    """One request through the proxy in reverse mode; the body names the key."""
+    headers = {"Content-Type": "application/json", "Operation-Key": key}
+    if proxy_auth is not None:
+        headers["Proxy-Authorization"] = proxy_auth
+    async with (
+        aiohttp.ClientSession() as session,
+        session.post(
+            f"{broker.proxy_url}/{route}/v1/charges",
+            data=json.dumps(order(key)).encode(),
+            headers=headers,
+        ) as response,
+    ):
+        return Answer(response.status, dict(response.headers), await response.read())
+
+
+async def settled(broker: Broker, route: str, key: str) -> str:
+    answer = await send(broker, route, key)
+    assert answer.status == 201, answer
+    return answer.headers["Effect-Id"]
+
+
+async def unknown(broker: Broker, route: str, *keys: str) -> list[str]:
+    """Effects whose target committed but whose answers were lost (proxy timeout)."""
+    async with (
+        aiohttp.ClientSession() as session,
+        session.post(
+            f"{broker.target_url}/_faults", json={"hang_after_commit": len(keys)}
+        ) as armed,
+    ):
+        assert armed.status == 200
+    answers = await asyncio.gather(*(send(broker, route, key) for key in keys))
+    for answer in answers:
+        assert answer.status == 504, answer
+        assert answer.headers["Effect-Status"] == "outcome_unknown"
+    return [answer.headers["Effect-Id"] for answer in answers]
+
+
+def assert_problem(answer: Answer, status: int, problem_type: str) -> dict[str, Any]:
+    assert answer.status == status, answer
+    problem = answer.problem
+    assert problem["type"] == PROBLEMS + problem_type, problem
+    assert problem["status"] == status
+    assert problem["title"] and problem["detail"]
+    return problem
+
+
+# --------------------------------------------------------------------------- auth
+
+
+async def test_v1_needs_the_admin_token_and_probes_stay_open(admin: Admin) -> None:
+    missing = await admin.get("/v1/effects", token=None)
+    wrong = await admin.get("/v1/effects", token=TOKEN + "x")
+    right = await admin.get("/v1/effects")
+
+    assert_problem(missing, 401, "unauthorized")
+    assert missing.headers["WWW-Authenticate"].startswith("Bearer")
+    assert_problem(wrong, 401, "unauthorized")
+    assert 'error="invalid_token"' in wrong.headers["WWW-Authenticate"]
+    assert right.status == 200
+    assert right.json == {"effects": [], "next_cursor": None}
+    for open_path in ("/healthz", "/readyz", "/metrics", "/openapi.json"):
+        assert (await admin.get(open_path, token=None)).status == 200, open_path
+
+
+async def test_basic_credentials_are_not_a_bearer_token(admin: Admin) -> None:
+    async with (
+        aiohttp.ClientSession() as session,
+        session.get(
+            admin.url + "/v1/effects",
+            headers={
+                "Authorization": "Basic "
+                + base64.b64encode(b"x:" + TOKEN.encode()).decode()
+            },
+        ) as response,
+    ):
+        assert response.status == 401
+
+
+async def test_a_sidecar_without_an_admin_token_tells_how_to_set_one(
+    broker: Broker,
+) -> None:
+    """The harness's admin app has no token: every /v1 call is refused, helpfully."""
+    unlocked = Admin(broker, broker.admin_url, "anything")
+
+    answer = await unlocked.get("/v1/effects")
+
+    problem = assert_problem(answer, 401, "admin-token-not-configured")
+    assert "EFFECT_BROKER_ADMIN_TOKEN" in problem["detail"]
+    assert answer.headers["WWW-Authenticate"].startswith("Bearer")
+    assert (await unlocked.get("/healthz", token=None)).status == 200
+
+
+async def test_a_blank_token_setting_does_not_open_the_api(
+    database_url: str, tmp_path: Path
+) -> None:
+    async with admin_broker(database_url, tmp_path, token="  ") as admin:
+        answer = await admin.get("/v1/effects", token="  ")
+
+    assert_problem(answer, 401, "admin-token-not-configured")
+
+
+# --------------------------------------------------------------------------- list
+
+
+async def test_list_filters_by_status_route_prefix_and_age(admin: Admin) -> None:
+    broker = admin.broker
+    charge_ids = [await settled(broker, IDEMPOTENT, f"order-{n}:charge") for n in (1, 2)]
+    refund_id = await settled(broker, IDEMPOTENT, "refund-1")
+    [mail_id] = await unknown(broker, UNSAFE, "mail-1")
+
+    async def ids(*params: tuple[str, str]) -> set[str]:
+        answer = await admin.get("/v1/effects", params=list(params))
+        assert answer.status == 200, answer
+        return {effect["id"] for effect in answer.json["effects"]}
+
+    everything = {*charge_ids, refund_id, mail_id}
+    assert await ids() == everything
+    assert await ids(("status", "outcome_unknown")) == {mail_id}
+    assert await ids(("status", "outcome_unknown"), ("status", "succeeded")) == everything
+    assert await ids(("status", "manual_review")) == set()
+    assert await ids(("route", UNSAFE)) == {mail_id}
+    assert await ids(("operation_key_prefix", "order-")) == set(charge_ids)
+    assert await ids(("older_than", "3600")) == set()
+    assert await ids(("older_than", "0")) == everything
+
+    [mail] = (await admin.get("/v1/effects", params=[("route", UNSAFE)])).json["effects"]
+    assert mail["status"] == "outcome_unknown"
+    assert mail["safety"] == "unsafe"
+    assert mail["contract"] == "email.send@1"
+    assert mail["operation_key"] == "mail-1"
+    assert mail["request_preview"]["method"] == "POST"
+    assert mail["last_error"]  # why the outcome is unknown
+
+
+@pytest.mark.parametrize(
+    ("params", "parameter"),
+    [
+        ([("status", "lost")], "status"),
+        ([("limit", "0")], "limit"),
+        ([("limit", "501")], "limit"),
+        ([("limit", "ten")], "limit"),
+        ([("older_than", "-1")], "older_than"),
+        ([("older_than", "soon")], "older_than"),
+        ([("older_than", "nan")], "older_than"),
+        ([("cursor", "not-a-cursor")], "cursor"),
+        ([("route", "a"), ("route", "b")], "route"),
+        ([("statuses", "succeeded")], "statuses"),
+    ],
+)
+async def test_bad_list_parameters_are_named(
+    admin: Admin, params: list[tuple[str, str]], parameter: str
+) -> None:
+    answer = await admin.get("/v1/effects", params=params)
+
+    problem = assert_problem(answer, 400, "invalid-parameter")
+    assert problem["parameter"] == parameter
+    assert parameter in problem["detail"]
+
+
+async def test_the_cursor_pages_through_every_effect_once_newest_first(
+    admin: Admin,
+) -> None:
+    made = [await settled(admin.broker, IDEMPOTENT, f"page-{n}") for n in range(5)]
+
+    seen: list[dict[str, Any]] = []
+    cursor: str | None = None
+    pages = 0
+    while True:
+        params = [("limit", "2")] + ([("cursor", cursor)] if cursor else [])
+        answer = await admin.get("/v1/effects", params=params)
+        assert answer.status == 200, answer
+        seen.extend(answer.json["effects"])
+        pages += 1
+        cursor = answer.json["next_cursor"]
+        if cursor is None:
+            break
+
+    assert pages == 3
+    assert [effect["id"] for effect in seen] == list(reversed(made))
+    stamps = [effect["created_at"] for effect in seen]
+    assert stamps == sorted(stamps, reverse=True)
+
+
+# --------------------------------------------------------------------------- inspect
+
+
+async def test_inspect_shows_history_attempts_chain_and_guarantee(admin: Admin) -> None:
+    effect_id = await settled(admin.broker, IDEMPOTENT, "order-9:charge")
+
+    effect = await admin.effect(effect_id)
+
+    assert effect["id"] == effect_id
+    assert effect["status"] == "succeeded"
+    assert effect["contract"] == "payments.charge@1"
+    assert effect["attempts"] == 1
+    assert effect["chain_intact"] is True
+    assert "one observable effect" in effect["guarantee"]
+    history = effect["history"]
+    assert [event["seq"] for event in history] == [1, 2, 3]
+    assert [(event["from"], event["to"]) for event in history] == [
+        (None, "prepared"),
+        ("prepared", "dispatching"),
+        ("dispatching", "succeeded"),
+    ]
+    assert history[0]["kind"] == "reserved"
+    assert history[1]["details"] == {"attempt": 1}
+    assert re.fullmatch(r"[0-9a-f]{64}", history[2]["digest"])
+    assert history[2]["prev_digest"] == history[1]["digest"]
+    assert history[0]["prev_digest"] == ""
+    [attempt] = effect["attempt_log"]
+    assert attempt["attempt_no"] == 1
+    assert "at_sequence" not in effect
+
+
+async def test_at_sequence_folds_the_history_to_that_event(admin: Admin) -> None:
+    effect_id = await settled(admin.broker, IDEMPOTENT, "order-9:charge")
+
+    first = await admin.get(f"/v1/effects/{effect_id}", params=[("at_sequence", "1")])
+    second = await admin.get(f"/v1/effects/{effect_id}", params=[("at_sequence", "2")])
+
+    assert first.json["at_sequence"]["status"] == "prepared"
+    assert first.json["at_sequence"]["attempts"] == 0
+    assert first.json["at_sequence"]["last_kind"] == "reserved"
+    assert second.json["at_sequence"] == {
+        "seq": 2,
+        "status": "dispatching",
+        "attempts": 1,
+        "last_kind": "dispatch",
+        "last_actor": second.json["history"][1]["actor"],
+        "occurred_at": second.json["history"][1]["occurred_at"],
+    }
+    assert second.json["status"] == "succeeded"  # the effect itself is unchanged
+    for bad in ("0", "4", "-1", "two"):
+        answer = await admin.get(
+            f"/v1/effects/{effect_id}", params=[("at_sequence", bad)]
+        )
+        assert assert_problem(answer, 400, "invalid-parameter")["parameter"] == (
+            "at_sequence"
+        )
+
+
+async def test_a_tampered_event_breaks_the_chain(admin: Admin, database_url: str) -> None:
+    effect_id = await settled(admin.broker, IDEMPOTENT, "order-9:charge")
+    conn = await asyncpg.connect(database_url)
+    try:
+        async with conn.transaction():
+            await conn.execute(
+                "ALTER TABLE effect_events DISABLE TRIGGER effect_events_append_only"
+            )
+            await conn.execute(
+                "UPDATE effect_events SET actor = 'someone-else' "
+                "WHERE effect_id = $1 AND seq = 2",
+                UUID(effect_id),
+            )
+            await conn.execute(
+                "ALTER TABLE effect_events ENABLE TRIGGER effect_events_append_only"
+            )
+    finally:
+        await conn.close()
+
+    effect = await admin.effect(effect_id)
+
+    assert effect["chain_intact"] is False
+
+
+async def test_unknown_ids_and_non_uuids_are_404(admin: Admin) -> None:
+    for path in (
+        f"/v1/effects/{uuid4()}",
+        "/v1/effects/not-a-uuid",
+        f"/v1/effects/{uuid4()}/receipt",
+    ):
+        assert_problem(await admin.get(path), 404, "not-found")
+    for path in (f"/v1/effects/{uuid4()}/reconcile", "/v1/effects/x/resolve"):
+        answer = await admin.post(
+            path,
+            {"resolution": "failed", "reason": "gone"} if "resolve" in path else None,
+        )
+        assert_problem(answer, 404, "not-found")
+
+
+async def test_unrouted_paths_and_methods_answer_problems(admin: Admin) -> None:
+    assert_problem(await admin.get("/v1/nothing-here"), 404, "route-not-found")
+    wrong_method = await admin.call("DELETE", "/v1/effects")
+    assert_problem(wrong_method, 405, "method-not-allowed")
+    assert "GET" in wrong_method.headers["Allow"]
+
+
+# --------------------------------------------------------------------------- receipt
+
+
+async def test_receipt_is_the_decrypted_answer_and_404_until_settled(
+    admin: Admin,
+) -> None:
+    broker = admin.broker
+    effect_id = await settled(broker, IDEMPOTENT, "order-5:charge")
+    [mail_id] = await unknown(broker, UNSAFE, "mail-5")
+
+    answer = await admin.get(f"/v1/effects/{effect_id}/receipt")
+    none_yet = await admin.get(f"/v1/effects/{mail_id}/receipt")
+
+    assert answer.status == 200, answer
+    receipt = answer.json
+    assert receipt["effect_id"] == effect_id
+    assert receipt["status_code"] == 201
+    assert receipt["source"] == "response"
+    response = receipt["response"]
+    assert response["status"] == 201
+    assert json.loads(response["body_text"])["order_id"] == "order-5:charge"
+    assert base64.b64decode(response["body_base64"]).decode() == response["body_text"]
+    assert any(name.lower() == "content-type" for name, _ in response["headers"])
+    assert "outcome_unknown" in assert_problem(none_yet, 404, "no-receipt")["detail"]
+
+
+# --------------------------------------------------------------------------- reconcile
+
+
+async def test_reconcile_now_makes_an_idempotent_unknown_effect_due_at_once(
+    admin: Admin,
+) -> None:
+    [effect_id] = await unknown(admin.broker, IDEMPOTENT, "order-7:charge")
+    before = await admin.effect(effect_id)
+    assert before["due_at"] > before["updated_at"]  # backoff before the next look
+
+    answer = await admin.post(f"/v1/effects/{effect_id}/reconcile")
+
+    assert answer.status == 202, answer
+    assert answer.json["status"] == "outcome_unknown"
+    assert answer.json["due_at"] == answer.json["updated_at"]  # due now
+    after = await admin.effect(effect_id)
+    last = after["history"][-1]
+    assert (last["kind"], last["actor"]) == ("rescheduled", "operator:acme")
+    assert last["details"] == {"delay_seconds": 0}
+
+
+async def test_reconcile_refuses_unsafe_unknown_and_settled_effects(
+    admin: Admin,
+) -> None:
+    broker = admin.broker
+    [mail_id] = await unknown(broker, UNSAFE, "mail-7")
+    done_id = await settled(broker, IDEMPOTENT, "order-8:charge")
+    before = await admin.effect(mail_id)
+
+    unsafe = await admin.post(f"/v1/effects/{mail_id}/reconcile")
+    done = await admin.post(f"/v1/effects/{done_id}/reconcile")
+
+    problem = assert_problem(unsafe, 409, "not-reconcilable")
+    assert "resolve" in problem["detail"]
+    assert_problem(done, 409, "already-settled")
+    assert (await admin.effect(mail_id))["version"] == before["version"]
+
+
+# --------------------------------------------------------------------------- resolve
+
+
+async def test_resolved_as_succeeded_a_retry_replays_the_operator_receipt(
+    admin: Admin,
+) -> None:
+    broker = admin.broker
+    [effect_id] = await unknown(broker, UNSAFE, "mail-1")
+    assert len(broker.charges("mail-1")) == 1  # the target did commit
+    evidence = {"external_id": "ch_1", "checked_in": "target charges table"}
+
+    answer = await admin.post(
+        f"/v1/effects/{effect_id}/resolve",
+        {
+            "resolution": "succeeded",
+            "reason": "found the charge in the target's table",
+            "evidence": evidence,
+            "external_id": "ch_1",
+        },
+    )
+    retry = await send(broker, UNSAFE, "mail-1")
+
+    assert answer.status == 200, answer
+    assert answer.json["status"] == "succeeded"
+    assert retry.status == 200
+    assert retry.headers["Idempotent-Replayed"] == "true"
+    assert retry.headers["Effect-Resolved-By"] == "operator"
+    assert retry.headers["Effect-Id"] == effect_id
+    replayed = json.loads(retry.body)
+    assert replayed["resolved_by"] == "operator"
+    assert replayed["evidence"] == evidence
+    assert len(broker.charges("mail-1")) == 1  # the target was not called again
+    effect = await admin.effect(effect_id)
+    last = effect["history"][-1]
+    assert last["kind"] == "operator_succeeded"
+    assert last["actor"] == "operator:acme"
+    assert last["details"]["reason"] == "found the charge in the target's table"
+    assert last["details"]["evidence"] == evidence
+    assert effect["chain_intact"] is True
+    receipt = (await admin.get(f"/v1/effects/{effect_id}/receipt")).json
+    assert (receipt["source"], receipt["external_id"]) == ("operator", "ch_1")
+
+
+async def test_resolved_as_failed_a_retry_replays_a_422(admin: Admin) -> None:
+    broker = admin.broker
+    [effect_id] = await unknown(broker, UNSAFE, "mail-2")
+
+    answer = await admin.post(
+        f"/v1/effects/{effect_id}/resolve",
+        {"resolution": "failed", "reason": "customer cancelled; do not send"},
+    )
+    retry = await send(broker, UNSAFE, "mail-2")
+
+    assert answer.json["status"] == "failed_final"
+    assert retry.status == 422
+    assert retry.headers["Idempotent-Replayed"] == "true"
+    assert json.loads(retry.body)["reason"] == "customer cancelled; do not send"
+    assert len(broker.charges("mail-2")) == 1
+    last = (await admin.effect(effect_id))["history"][-1]
+    assert (last["kind"], last["to"]) == ("operator_failed", "failed_final")
+    assert last["details"]["evidence"] == {}
+
+
+async def test_not_committed_requeues_idempotent_and_reconcilable_effects(
+    admin: Admin,
+) -> None:
+    broker = admin.broker
+    [charge_id] = await unknown(broker, IDEMPOTENT, "order-3:charge")
+    [ticket_id] = await unknown(broker, RECONCILABLE, "ticket-3")
+
+    for effect_id in (charge_id, ticket_id):
+        answer = await admin.post(
+            f"/v1/effects/{effect_id}/resolve",
+            {
+                "resolution": "not_committed",
+                "reason": "no such charge in the target",
+                "evidence": {"checked_in": "target admin"},
+            },
+        )
+        assert answer.status == 200, answer
+        assert answer.json["status"] == "prepared"
+        assert answer.json["due_at"] == answer.json["updated_at"]  # due now
+        last = (await admin.effect(effect_id))["history"][-1]
+        assert (last["kind"], last["actor"]) == (
+            "operator_not_committed",
+            "operator:acme",
+        )
+        assert last["details"]["reason"] == "no such charge in the target"
+        assert last["details"]["evidence"] == {"checked_in": "target admin"}
+
+    retry = await send(broker, IDEMPOTENT, "order-3:charge")
+    assert retry.status == 201  # sent again with the same derived key
+    assert len(broker.charges("order-3:charge")) == 1  # and the target deduplicated
+
+
+async def test_not_committed_is_refused_for_an_unsafe_effect(admin: Admin) -> None:
+    [effect_id] = await unknown(admin.broker, UNSAFE, "mail-4")
+    before = await admin.effect(effect_id)
+
+    answer = await admin.post(
+        f"/v1/effects/{effect_id}/resolve",
+        {"resolution": "not_committed", "reason": "I think it failed"},
+    )
+
+    problem = assert_problem(answer, 409, "requeue-refused")
+    assert "failed" in problem["detail"]
+    assert "new Operation-Key" in problem["detail"]
+    after = await admin.effect(effect_id)
+    assert (after["status"], after["version"]) == ("outcome_unknown", before["version"])
+    assert len(admin.broker.charges("mail-4")) == 1
+
+
+async def test_invalid_resolutions_are_400_and_change_nothing(admin: Admin) -> None:
+    [effect_id] = await unknown(admin.broker, UNSAFE, "mail-6")
+    before = await admin.effect(effect_id)
+    path = f"/v1/effects/{effect_id}/resolve"
+    cases: list[tuple[object, str]] = [
+        ({"resolution": "succeeded", "reason": "seen it"}, "evidence"),
+        ({"resolution": "succeeded", "reason": "seen it", "evidence": {}}, "evidence"),
+        ({"resolution": "failed"}, "reason"),
+        ({"resolution": "failed", "reason": "   "}, "reason"),
+        ({"resolution": "failed", "reason": "x" * 1001}, "reason"),
+        ({"resolution": "failed", "reason": "r", "evidence": "a string"}, "evidence"),
+        ({"resolution": "retry", "reason": "please"}, "resolution"),
+        ({"resolution": "failed", "reason": "r", "evidense": {}}, "evidense"),
+        ({"resolution": "failed", "reason": "r", "external_id": 7}, "external_id"),
+        (["failed"], "body"),
+    ]
+
+    for body, field in cases:
+        answer = await admin.post(path, body)
+        problem = assert_problem(answer, 400, "invalid-resolution")
+        assert problem["field"] == field, (body, problem)
+    not_json = await admin.call("POST", path, raw=b"{resolution: failed")
+    assert assert_problem(not_json, 400, "invalid-resolution")["field"] == "body"
+
+    after = await admin.effect(effect_id)
+    assert (after["status"], after["version"]) == ("outcome_unknown", before["version"])
+
+
+async def test_a_settled_effect_cannot_be_resolved(admin: Admin) -> None:
+    effect_id = await settled(admin.broker, IDEMPOTENT, "order-4:charge")
+
+    answer = await admin.post(
+        f"/v1/effects/{effect_id}/resolve",
+        {"resolution": "failed", "reason": "changed my mind"},
+    )
+
+    assert_problem(answer, 409, "already-settled")
+    assert (await admin.effect(effect_id))["status"] == "succeeded"
+
+
+async def test_manual_review_is_resolvable_but_not_reconcilable(admin: Admin) -> None:
+    store = admin.broker.state.store
+    [effect_id] = await unknown(admin.broker, IDEMPOTENT, "order-6:charge")
+    effect = await store.get("acme", UUID(effect_id))
+    await store.transition(
+        effect, EffectStatus.MANUAL_REVIEW, kind="retention_expired", actor="test"
+    )
+
+    reconcile = await admin.post(f"/v1/effects/{effect_id}/reconcile")
+    resolved = await admin.post(
+        f"/v1/effects/{effect_id}/resolve",
+        {
+            "resolution": "succeeded",
+            "reason": "charge visible in the target",
+            "evidence": {"checked_in": "target"},
+        },
+    )
+
+    assert "manual_review" in assert_problem(reconcile, 409, "not-reconcilable")["detail"]
+    assert resolved.status == 200, resolved
+    assert resolved.json["status"] == "succeeded"
+
+
+# --------------------------------------------------------------------------- tenants
+
+
+async def test_a_gateway_tenant_sees_only_its_own_effects(
+    database_url: str, tmp_path: Path
+) -> None:
+    async with admin_broker(database_url, tmp_path, token=None, gateway=True) as admin:
+        store = admin.broker.state.store
+        keys = {}
+        for tenant in ("acme", "globex"):
+            key = new_api_key()
+            await store.add_api_key(tenant, key.key_id, key.secret_hash)
+            keys[tenant] = key.api_key
+        proxy_auth = "Basic " + base64.b64encode(f"acme:{keys['acme']}".encode()).decode()
+        answer = await send(
+            admin.broker, IDEMPOTENT, "order-1:charge", proxy_auth=proxy_auth
+        )
+        assert answer.status == 201, answer
+        effect_id = answer.headers["Effect-Id"]
+        path = f"/v1/effects/{effect_id}"
+
+        mine = await admin.get(path, token=keys["acme"])
+        theirs = [
+            await admin.get(path, token=keys["globex"]),
+            await admin.get(path + "/receipt", token=keys["globex"]),
+            await admin.post(path + "/reconcile", token=keys["globex"]),
+            await admin.post(
+                path + "/resolve",
+                {"resolution": "failed", "reason": "not mine"},
+                token=keys["globex"],
+            ),
+        ]
+        listed = await admin.get("/v1/effects", token=keys["globex"])
+        forged = await admin.get(path, token=keys["acme"] + "x")
+        no_key = await admin.get(path, token="acme")
+
+    assert mine.status == 200
+    assert mine.json["tenant"] == "acme"
+    for answer in theirs:
+        assert_problem(answer, 404, "not-found")
+    assert listed.json["effects"] == []
+    assert_problem(forged, 401, "unauthorized")
+    assert_problem(no_key, 401, "unauthorized")
+
+
+# --------------------------------------------------------------------------- metrics
+
+
+async def test_metrics_count_unknown_effects_until_they_are_resolved(
+    admin: Admin,
+) -> None:
+    [effect_id] = await unknown(admin.broker, UNSAFE, "mail-9")
+    line = 'effect_broker_unknown_effects{route="email",status="outcome_unknown"}'
+
+    before = (await admin.get("/metrics", token=None)).body.decode()
+    resolved = await admin.post(
+        f"/v1/effects/{effect_id}/resolve",
+        {"resolution": "failed", "reason": "bounced", "evidence": {"log": "smtp 550"}},
+    )
+    after = (await admin.get("/metrics", token=None)).body.decode()
+
+    assert f"{line} 1.0" in before.splitlines()
+    assert re.search(
+        r'effect_broker_oldest_unknown_age_seconds\{route="email"\} \d', before
+    )
+    assert resolved.status == 200
+    assert f"{line} 0.0" in after.splitlines()
+    assert 'effect_broker_oldest_unknown_age_seconds{route="email"} 0.0' in after
+
+
+# --------------------------------------------------------------------------- openapi
+
+
+def _resolve_ref(document: dict[str, Any], ref: str) -> Any:
+    node: Any = document
+    for part in ref.removeprefix("#/").split("/"):
+        node = node[part]
+    return node
+
+
+def _refs(node: Any) -> list[str]:
+    if isinstance(node, dict):
+        found = [node["$ref"]] if "$ref" in node else []
+        return found + [ref for value in node.values() for ref in _refs(value)]
+    if isinstance(node, list):
+        return [ref for value in node for ref in _refs(value)]
+    return []
+
+
+async def test_openapi_documents_every_route_the_app_serves(admin: Admin) -> None:
+    answer = await admin.get("/openapi.json", token=None)
+    document = answer.json
+    app = build_admin_app(admin.broker.state, admin_token=TOKEN)
+
+    served = {
+        (route.resource.canonical, route.method.lower())
+        for route in app.router.routes()
+        if route.method != "HEAD" and route.resource is not None
+    }
+    documented = {
+        (path, method) for path, item in document["paths"].items() for method in item
+    }
+
+    assert document["openapi"] == "3.1.0"
+    assert served == documented
+    for path, method in served:
+        operation = document["paths"][path][method]
+        bearer = operation["security"] == [{"bearerAuth": []}]
+        assert bearer == path.startswith("/v1/"), path
+        if bearer:
+            assert "401" in operation["responses"], path
+    assert document["components"]["securitySchemes"]["bearerAuth"]["scheme"] == "bearer"
+    assert "Problem" in document["components"]["schemas"]
+    for ref in _refs(document):
+        assert _resolve_ref(document, ref) is not None, ref
