@@ -26,6 +26,7 @@ def _register() -> None:
     _registered = True
     from effect_broker.cli import (
         doctor,
+        effects,
         migrate,
         reconciler,
         routes,
@@ -36,6 +37,7 @@ def _register() -> None:
 
     app.add_typer(routes.routes_app, name="routes")
     app.add_typer(tenants.tenants_app, name="tenants")
+    app.add_typer(effects.effects_app, name="effects")
     app.command(name="migrate")(migrate.migrate)
     app.command(name="serve")(serve.serve)
     app.command(name="up")(up.up)

@@ -1,0 +1,446 @@
+"""``effect-broker effects ...``: the admin API for a person at a terminal.
+
+A thin client: every decision (what may be resolved, what a contract can prove) is the
+broker's, so the CLI and the HTTP API can never disagree. It uses the standard library's
+urllib, without proxies: the agent's ``HTTP_PROXY`` often points at effect-broker itself,
+and admin calls must not go through the proxy port.
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Annotated, Any
+from urllib.parse import quote, urlencode
+
+import typer
+from rich import box
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+DEFAULT_ADMIN_URL = "http://127.0.0.1:8081"
+TIMEOUT_SECONDS = 30.0
+
+# Effects that wait on proof or a person must stand out in every listing.
+STATUS_STYLES: Mapping[str, str] = {
+    "outcome_unknown": "bold red",
+    "manual_review": "yellow",
+    "succeeded": "green",
+    "failed_final": "dim",
+}
+
+effects_app = typer.Typer(
+    help="List, inspect, reconcile and resolve effects through the admin API.",
+    no_args_is_help=True,
+)
+
+AdminUrl = Annotated[
+    str,
+    typer.Option(
+        "--admin-url",
+        envvar="EFFECT_BROKER_ADMIN_URL",
+        help="admin API base URL",
+    ),
+]
+Token = Annotated[
+    str | None,
+    typer.Option(
+        "--token",
+        envvar="EFFECT_BROKER_ADMIN_TOKEN",
+        help="bearer token: the sidecar's admin token, or a gateway tenant's API key",
+        show_default=False,
+    ),
+]
+
+
+class As(StrEnum):
+    """What the operator found out, in the admin API's words."""
+
+    SUCCEEDED = "succeeded"
+    NOT_COMMITTED = "not_committed"
+    FAILED = "failed"
+
+
+class AdminProblem(Exception):
+    """The admin API refused: its problem title and detail are what to show."""
+
+    def __init__(self, status: int, title: str, detail: str) -> None:
+        super().__init__(f"{status} {title}: {detail}")
+        self.status, self.title, self.detail = status, title, detail
+
+
+class AdminUnreachable(Exception):
+    """No answer at all from the admin URL."""
+
+
+@dataclass(frozen=True, slots=True)
+class AdminClient:
+    base_url: str
+    token: str | None
+
+    def call(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: Mapping[str, Any] | None = None,
+        body: object = None,
+    ) -> Any:
+        """One JSON request; problems and network failures become exceptions."""
+        url = self.base_url.rstrip("/") + path
+        if query:
+            url += "?" + urlencode(query, doseq=True)
+        headers = {"Accept": "application/json"}
+        if self.token:
+            headers["Authorization"] = f"Bearer {self.token}"
+        data = None
+        if body is not None:
+            data = json.dumps(body).encode()
+            headers["Content-Type"] = "application/json"
+        request = urllib.request.Request(url, data=data, method=method, headers=headers)
+        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+        try:
+            with opener.open(request, timeout=TIMEOUT_SECONDS) as response:
+                return json.loads(response.read())
+        except urllib.error.HTTPError as exc:
+            raise _problem(exc) from None
+        except urllib.error.URLError as exc:
+            reason = exc.reason
+            if isinstance(reason, ConnectionRefusedError):
+                raise AdminUnreachable(
+                    f"cannot reach the admin API at {self.base_url}: connection refused. "
+                    "Is effect-broker running (`effect-broker up` or `serve`)? Point "
+                    "--admin-url or EFFECT_BROKER_ADMIN_URL at its admin port."
+                ) from None
+            raise AdminUnreachable(
+                f"cannot reach the admin API at {self.base_url}: {reason}"
+            ) from None
+        except (TimeoutError, ConnectionError) as exc:
+            raise AdminUnreachable(
+                f"the admin API at {self.base_url} did not answer: {exc}"
+            ) from None
+        except ValueError as exc:  # a malformed URL, or a body that is not JSON
+            raise AdminUnreachable(f"{self.base_url}: {exc}") from None
+
+
+def _problem(exc: urllib.error.HTTPError) -> AdminProblem:
+    raw = exc.read()
+    try:
+        document = json.loads(raw)
+    except ValueError:
+        document = None
+    if isinstance(document, dict) and "title" in document:
+        return AdminProblem(
+            exc.code, str(document["title"]), str(document.get("detail", ""))
+        )
+    return AdminProblem(exc.code, str(exc.reason), raw.decode("utf-8", "replace")[:300])
+
+
+def _out() -> Console:
+    return Console(highlight=False)
+
+
+@contextmanager
+def _reported() -> Iterator[None]:
+    """Print a refusal or an unreachable broker to stderr and exit 1."""
+    err = Console(stderr=True, highlight=False)
+    try:
+        yield
+    except AdminProblem as exc:
+        err.print(f"[bold red]error {exc.status}:[/] {exc.title}", markup=True)
+        err.print(Text(exc.detail))
+        raise typer.Exit(1) from None
+    except AdminUnreachable as exc:
+        err.print(Text("error: ", style="bold red") + Text(str(exc)))
+        raise typer.Exit(1) from None
+
+
+def _status(status: str) -> Text:
+    return Text(status, style=STATUS_STYLES.get(status, ""))
+
+
+def _age(stamp: str | None, now: datetime) -> str:
+    """How long ago, in the largest unit that fits: what a person scans a list for."""
+    if not stamp:
+        return "-"
+    seconds = max(int((now - datetime.fromisoformat(stamp)).total_seconds()), 0)
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds // size}{unit} ago"
+    return f"{seconds}s ago"
+
+
+def _clock(stamp: str) -> str:
+    """A UTC wall-clock time to the millisecond: enough to read a history in order."""
+    moment = datetime.fromisoformat(stamp).astimezone(UTC)
+    return moment.strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
+
+
+def _plural(count: int, word: str) -> str:
+    return f"{count} {word}" if count == 1 else f"{count} {word}s"
+
+
+def _effect_path(effect_id: str) -> str:
+    return f"/v1/effects/{quote(effect_id, safe='')}"
+
+
+@effects_app.command("list")
+def list_effects(
+    status: Annotated[
+        list[str] | None,
+        typer.Option("--status", help="only this status; repeat for several"),
+    ] = None,
+    route: Annotated[str | None, typer.Option("--route", help="only this route")] = None,
+    prefix: Annotated[
+        str | None, typer.Option("--prefix", help="only operation keys starting so")
+    ] = None,
+    older_than: Annotated[
+        float | None,
+        typer.Option("--older-than", help="only effects created this many seconds ago"),
+    ] = None,
+    limit: Annotated[int, typer.Option("--limit", min=1, max=500)] = 50,
+    cursor: Annotated[
+        str | None, typer.Option("--cursor", help="next page, as printed")
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="print the raw JSON")] = False,
+    admin_url: AdminUrl = DEFAULT_ADMIN_URL,
+    token: Token = None,
+) -> None:
+    """List effects, newest first; unknown and manual-review ones stand out."""
+    query: dict[str, Any] = {"limit": limit}
+    for name, value in (
+        ("status", status),
+        ("route", route),
+        ("operation_key_prefix", prefix),
+        ("older_than", older_than),
+        ("cursor", cursor),
+    ):
+        if value is not None and value != []:
+            query[name] = value
+    with _reported():
+        page = AdminClient(admin_url, token).call("GET", "/v1/effects", query=query)
+    out = _out()
+    if as_json:
+        out.print_json(data=page)
+        return
+    effects: list[dict[str, Any]] = page["effects"]
+    now = datetime.now(UTC)
+    # Ids, statuses and numbers never wrap; the free text folds into what is left.
+    table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
+    for column in ("ID", "STATUS"):
+        table.add_column(column, no_wrap=True)
+    table.add_column("SAFETY", overflow="fold", min_width=6)
+    table.add_column("ROUTE", overflow="fold", min_width=6)
+    table.add_column("OPERATION KEY", overflow="fold", min_width=10)
+    table.add_column("TRIES", no_wrap=True, justify="right")
+    table.add_column("AGE", no_wrap=True)
+    table.add_column("LAST ERROR", overflow="fold", min_width=12)
+    for effect in effects:
+        table.add_row(
+            effect["id"],
+            effect["status"],
+            effect["safety"],
+            effect["route"],
+            effect["operation_key"],
+            str(effect["attempts"]),
+            _age(effect["created_at"], now),
+            effect["last_error"] or "",
+            style=STATUS_STYLES.get(effect["status"]),
+        )
+    if effects:
+        out.print(table)
+    unknown = sum(effect["status"] == "outcome_unknown" for effect in effects)
+    review = sum(effect["status"] == "manual_review" for effect in effects)
+    summary = f"{_plural(len(effects), 'effect')}, {unknown} unknown"
+    if review:
+        summary += f", {review} in manual review"
+    out.print(Text(summary, style="bold red" if unknown else ""))
+    if page.get("next_cursor"):
+        out.print(f"more: add --cursor {page['next_cursor']}")
+
+
+def _details(details: Mapping[str, Any]) -> str:
+    if not details:
+        return ""
+    return json.dumps(details, separators=(", ", ": "), ensure_ascii=False)
+
+
+def _print_effect(out: Console, effect: Mapping[str, Any]) -> None:
+    grid = Table.grid(padding=(0, 2))
+    grid.add_column(style="bold")
+    grid.add_column(overflow="fold")
+    rows: list[tuple[str, str | Text | None]] = [
+        ("id", effect["id"]),
+        ("status", _status(effect["status"])),
+        ("operation key", effect["operation_key"]),
+        ("route", effect["route"]),
+        ("contract", f"{effect['contract']} ({effect['safety']})"),
+        ("attempts", str(effect["attempts"])),
+        ("version", str(effect["version"])),
+        ("created", effect["created_at"]),
+        ("updated", effect["updated_at"]),
+        ("due", effect.get("due_at")),
+        ("lease", effect.get("lease_owner")),
+        ("lease expires", effect.get("lease_expires_at")),
+        ("retention until", effect.get("retention_deadline")),
+        ("settlement after", effect.get("settlement_deadline")),
+        ("downstream key", effect.get("downstream_key")),
+        ("last error", effect.get("last_error")),
+        ("request", _details(effect.get("request_preview") or {})),
+    ]
+    for label, value in rows:
+        if value:
+            grid.add_row(label, value)
+    out.print(grid)
+
+
+@effects_app.command("inspect")
+def inspect(
+    effect_id: Annotated[str, typer.Argument(help="the effect's id (Effect-Id header)")],
+    at_sequence: Annotated[
+        int | None,
+        typer.Option("--at-sequence", min=1, help="also show the state after event N"),
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="print the raw JSON")] = False,
+    admin_url: AdminUrl = DEFAULT_ADMIN_URL,
+    token: Token = None,
+) -> None:
+    """Show one effect, what its contract can prove, and its event history."""
+    query = {"at_sequence": at_sequence} if at_sequence is not None else None
+    with _reported():
+        effect = AdminClient(admin_url, token).call(
+            "GET", _effect_path(effect_id), query=query
+        )
+    out = _out()
+    if as_json:
+        out.print_json(data=effect)
+        return
+    _print_effect(out, effect)
+    out.print()
+    out.print(Text("Guarantee: ", style="bold") + Text(effect["guarantee"]))
+    out.print()
+    history = Table(
+        title="History",
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
+        show_edge=False,
+        pad_edge=False,
+    )
+    history.add_column("SEQ", no_wrap=True, justify="right")
+    history.add_column("WHEN (UTC)", no_wrap=True)
+    history.add_column("KIND", no_wrap=True)
+    for column in ("FROM", "TO", "ACTOR"):
+        history.add_column(column, overflow="fold", min_width=8)
+    history.add_column("DETAILS", overflow="fold", min_width=20)
+    for event in effect["history"]:
+        history.add_row(
+            str(event["seq"]),
+            _clock(event["occurred_at"]),
+            event["kind"],
+            event["from"] or "-",
+            _status(event["to"]),
+            event["actor"],
+            _details(event["details"]),
+        )
+    out.print(history)
+    if effect["chain_intact"]:
+        out.print(Text("event chain intact: every digest verifies", style="green"))
+    else:
+        out.print(Text("EVENT CHAIN BROKEN: the history was altered", style="bold red"))
+    folded = effect.get("at_sequence")
+    if folded:
+        out.print(
+            Text(f"after event {folded['seq']}: ")
+            + _status(folded["status"])
+            + Text(
+                f" ({folded['last_kind']} by {folded['last_actor']}, "
+                f"{_plural(folded['attempts'], 'attempt')})"
+            )
+        )
+
+
+@effects_app.command("reconcile")
+def reconcile(
+    effect_id: Annotated[str, typer.Argument(help="the effect's id")],
+    admin_url: AdminUrl = DEFAULT_ADMIN_URL,
+    token: Token = None,
+) -> None:
+    """Have the reconciler look at an effect now (never resends an unsafe one)."""
+    with _reported():
+        effect = AdminClient(admin_url, token).call(
+            "POST", _effect_path(effect_id) + "/reconcile"
+        )
+    _out().print(
+        Text(f"effect {effect['id']} is ")
+        + _status(effect["status"])
+        + Text("; the reconciler looks at it on its next pass")
+    )
+
+
+def _evidence(pairs: list[str]) -> dict[str, str]:
+    evidence: dict[str, str] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise typer.BadParameter(
+                f"{pair!r} is not KEY=VALUE", param_hint="--evidence"
+            )
+        evidence[key.strip()] = value
+    return evidence
+
+
+@effects_app.command("resolve")
+def resolve(
+    effect_id: Annotated[str, typer.Argument(help="the effect's id")],
+    resolution: Annotated[
+        As,
+        typer.Option(
+            "--as",
+            help="succeeded: it happened; not_committed: it did not (requeue, where "
+            "the contract allows); failed: give up for good",
+            case_sensitive=False,
+        ),
+    ],
+    reason: Annotated[
+        str, typer.Option("--reason", help="why; kept in the effect's history")
+    ],
+    evidence: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--evidence",
+            help="KEY=VALUE proof, repeatable; required for succeeded "
+            "(e.g. --evidence checked_in='stripe dashboard')",
+        ),
+    ] = None,
+    external_id: Annotated[
+        str | None, typer.Option("--external-id", help="the target's id for it")
+    ] = None,
+    admin_url: AdminUrl = DEFAULT_ADMIN_URL,
+    token: Token = None,
+) -> None:
+    """Settle an unknown or manual-review effect by hand, with a reason and evidence."""
+    body: dict[str, Any] = {
+        "resolution": resolution.value,
+        "reason": reason,
+        "evidence": _evidence(evidence or []),
+    }
+    if external_id is not None:
+        body["external_id"] = external_id
+    with _reported():
+        effect = AdminClient(admin_url, token).call(
+            "POST", _effect_path(effect_id) + "/resolve", body=body
+        )
+    out = _out()
+    out.print(
+        Text(f"effect {effect['id']} resolved as {resolution.value}; status now ")
+        + _status(effect["status"])
+    )
+    if effect["status"] == "prepared":
+        out.print("it is sent again on the next client retry or reconciler pass")

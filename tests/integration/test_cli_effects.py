@@ -1,0 +1,215 @@
+"""``effect-broker effects ...`` against a real broker's admin API.
+
+The CLI uses blocking urllib while the broker runs on this test's event loop, so each
+invocation runs in a worker thread (``asyncio.to_thread``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import socket
+from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
+from typing import Any
+from uuid import UUID
+
+import pytest
+from typer.testing import CliRunner, Result
+
+from effect_broker.cli import _register, app
+from effect_broker.models import EffectStatus
+from tests.integration.test_admin_api import (
+    IDEMPOTENT,
+    TOKEN,
+    UNSAFE,
+    Admin,
+    admin_broker,
+    settled,
+    unknown,
+)
+
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+BOLD_RED = "\x1b[1;31m"
+
+
+@pytest.fixture
+async def admin(database_url: str, tmp_path: Path) -> AsyncIterator[Admin]:
+    async with admin_broker(database_url, tmp_path) as running:
+        yield running
+
+
+async def cli(
+    admin: Admin, *args: str, token: str | None = TOKEN, env: dict[str, Any] | None = None
+) -> Result:
+    """Run ``effect-broker effects ARGS`` in a thread, with colours forced on."""
+    _register()
+    argv: Sequence[str] = ["effects", *args, "--admin-url", admin.url]
+    if token is not None:
+        argv = [*argv, "--token", token]
+    environment = {
+        "FORCE_COLOR": "1",
+        "NO_COLOR": None,
+        "COLUMNS": "250",
+        "EFFECT_BROKER_ADMIN_TOKEN": None,
+        "EFFECT_BROKER_ADMIN_URL": None,
+        **(env or {}),
+    }
+    runner = CliRunner()
+    return await asyncio.to_thread(runner.invoke, app, argv, env=environment)
+
+
+def plain(text: str) -> str:
+    return ANSI.sub("", text)
+
+
+def line_with(text: str, needle: str) -> str:
+    [line] = [line for line in text.splitlines() if needle in line]
+    return line
+
+
+async def test_list_highlights_unknown_effects_and_sums_up(admin: Admin) -> None:
+    done_id = await settled(admin.broker, IDEMPOTENT, "order-1:charge")
+    [mail_id] = await unknown(admin.broker, UNSAFE, "mail-1")
+
+    result = await cli(admin, "list")
+    only_unknown = await cli(admin, "list", "--status", "outcome_unknown")
+
+    assert result.exit_code == 0, result.output
+    assert BOLD_RED in line_with(result.stdout, mail_id)
+    assert BOLD_RED not in line_with(result.stdout, done_id)
+    assert "outcome_unknown" in plain(line_with(result.stdout, mail_id))
+    assert plain(result.stdout).rstrip().endswith("2 effects, 1 unknown")
+    assert only_unknown.exit_code == 0, only_unknown.output
+    assert done_id not in only_unknown.stdout
+    assert plain(only_unknown.stdout).rstrip().endswith("1 effect, 1 unknown")
+
+
+async def test_list_marks_manual_review_in_yellow(admin: Admin) -> None:
+    store = admin.broker.state.store
+    [effect_id] = await unknown(admin.broker, IDEMPOTENT, "order-2:charge")
+    effect = await store.get("acme", UUID(effect_id))
+    await store.transition(effect, EffectStatus.MANUAL_REVIEW, kind="test", actor="t")
+
+    result = await cli(admin, "list", "--route", IDEMPOTENT)
+
+    assert result.exit_code == 0, result.output
+    assert "\x1b[33m" in line_with(result.stdout, effect_id)
+    assert "1 effect, 0 unknown, 1 in manual review" in plain(result.stdout)
+
+
+async def test_list_reads_url_and_token_from_the_environment(admin: Admin) -> None:
+    await settled(admin.broker, IDEMPOTENT, "order-3:charge")
+    _register()
+    env = {"EFFECT_BROKER_ADMIN_URL": admin.url, "EFFECT_BROKER_ADMIN_TOKEN": TOKEN}
+
+    result = await asyncio.to_thread(
+        CliRunner().invoke, app, ["effects", "list", "--json"], env=env
+    )
+
+    assert result.exit_code == 0, result.output
+    assert "order-3:charge" in result.stdout
+
+
+async def test_inspect_prints_guarantee_and_history(admin: Admin) -> None:
+    [mail_id] = await unknown(admin.broker, UNSAFE, "mail-2")
+
+    result = await cli(admin, "inspect", mail_id, "--at-sequence", "2")
+
+    assert result.exit_code == 0, result.output
+    text = plain(result.stdout)
+    assert "mail-2" in text
+    assert "email.send@1 (unsafe)" in text
+    assert "never retries it" in re.sub(r"\s+", " ", text)
+    history = text[text.index("History") :]
+    for kind in ("reserved", "dispatch", "outcome_unknown"):
+        assert kind in history
+    assert "event chain intact" in text
+    assert "after event 2: dispatching" in text
+
+
+async def test_resolve_prints_the_new_status(admin: Admin) -> None:
+    [mail_id] = await unknown(admin.broker, UNSAFE, "mail-3")
+
+    result = await cli(
+        admin,
+        "resolve",
+        mail_id,
+        "--as",
+        "succeeded",
+        "--reason",
+        "delivered per the mail log",
+        "--evidence",
+        "checked_in=smtp log",
+        "--evidence",
+        "message_id=abc@mx",
+        "--external-id",
+        "abc@mx",
+    )
+
+    assert result.exit_code == 0, result.output
+    assert "status now succeeded" in plain(result.stdout)
+    effect = await admin.effect(mail_id)
+    assert effect["status"] == "succeeded"
+    assert effect["history"][-1]["details"]["evidence"] == {
+        "checked_in": "smtp log",
+        "message_id": "abc@mx",
+    }
+
+
+async def test_refusals_print_the_problem_on_stderr_and_exit_1(admin: Admin) -> None:
+    [mail_id] = await unknown(admin.broker, UNSAFE, "mail-4")
+
+    wrong_token = await cli(admin, "list", token="not-the-token")
+    requeue = await cli(
+        admin, "resolve", mail_id, "--as", "not_committed", "--reason", "think so"
+    )
+    reconcile = await cli(admin, "reconcile", mail_id)
+
+    assert wrong_token.exit_code == 1
+    assert "the bearer token is not the admin token" in plain(wrong_token.stderr)
+    assert wrong_token.stdout == ""
+    assert requeue.exit_code == 1
+    assert "new Operation-Key" in re.sub(r"\s+", " ", plain(requeue.stderr))
+    assert reconcile.exit_code == 1
+    assert "resolve" in plain(reconcile.stderr)
+    assert (await admin.effect(mail_id))["status"] == "outcome_unknown"
+
+
+async def test_reconcile_prints_the_status(admin: Admin) -> None:
+    [charge_id] = await unknown(admin.broker, IDEMPOTENT, "order-4:charge")
+
+    result = await cli(admin, "reconcile", charge_id)
+
+    assert result.exit_code == 0, result.output
+    assert f"effect {charge_id} is outcome_unknown" in plain(result.stdout)
+
+
+async def test_malformed_evidence_is_a_usage_error(admin: Admin) -> None:
+    [mail_id] = await unknown(admin.broker, UNSAFE, "mail-5")
+
+    result = await cli(
+        admin, "resolve", mail_id, "--as", "succeeded", "--reason", "r", "--evidence", "x"
+    )
+
+    assert result.exit_code == 2
+    assert "KEY=VALUE" in plain(result.output)
+    assert (await admin.effect(mail_id))["status"] == "outcome_unknown"
+
+
+async def test_a_broker_that_is_not_running_is_reported_plainly() -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    _register()
+
+    result = await asyncio.to_thread(
+        CliRunner().invoke,
+        app,
+        ["effects", "list", "--admin-url", f"http://127.0.0.1:{port}", "--token", "t"],
+    )
+
+    assert result.exit_code == 1
+    message = re.sub(r"\s+", " ", plain(result.stderr))
+    assert "connection refused" in message
+    assert "EFFECT_BROKER_ADMIN_URL" in message
