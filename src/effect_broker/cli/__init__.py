@@ -25,6 +25,7 @@ def _register() -> None:
         return
     _registered = True
     from effect_broker.cli import (
+        demo,
         doctor,
         effects,
         migrate,
@@ -38,6 +39,7 @@ def _register() -> None:
     app.add_typer(routes.routes_app, name="routes")
     app.add_typer(tenants.tenants_app, name="tenants")
     app.add_typer(effects.effects_app, name="effects")
+    app.add_typer(demo.demo_app, name="demo")
     app.command(name="migrate")(migrate.migrate)
     app.command(name="serve")(serve.serve)
     app.command(name="up")(up.up)
