@@ -8,6 +8,7 @@ from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
 
 from aiohttp import web
+from pydantic import SecretStr
 
 from effect_broker.admin.app import build_admin_app
 from effect_broker.proxy.app import build_proxy_app
@@ -45,6 +46,7 @@ async def serve_until_stopped(
     on_ready: Callable[[tuple[str, int], tuple[str, int]], Awaitable[None] | None]
     | None = None,
     reconcile: bool = True,
+    admin_token: SecretStr | None = None,
 ) -> None:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -54,7 +56,9 @@ async def serve_until_stopped(
         proxy_address = await start_site(
             stack, build_proxy_app(state, reconcile=reconcile), listen
         )
-        admin_address = await start_site(stack, build_admin_app(state), admin_listen)
+        admin_address = await start_site(
+            stack, build_admin_app(state, admin_token=admin_token), admin_listen
+        )
         if on_ready is not None:
             result = on_ready(proxy_address, admin_address)
             if result is not None:

@@ -139,5 +139,7 @@ async def running_broker(
         )
         state = await stack.enter_async_context(open_runtime(options, config))
         proxy_url = await _serve(stack, build_proxy_app(state))
-        admin_url = await _serve(stack, build_admin_app(state))
+        admin_url = await _serve(
+            stack, build_admin_app(state, admin_token=options.admin_token)
+        )
         yield Broker(proxy_url, admin_url, target_url, target_db, state)

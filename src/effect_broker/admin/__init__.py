@@ -1,1 +1,1 @@
-"""The admin port: health, readiness, and (later) effects for operators."""
+"""The admin port: health, readiness, metrics, and effects for operators."""

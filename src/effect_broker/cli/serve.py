@@ -62,6 +62,7 @@ async def run_proxy(
             admin_listen=settings.admin_listen,
             on_ready=ready,
             reconcile=settings.reconciler,
+            admin_token=settings.admin_token,
         )
 
 

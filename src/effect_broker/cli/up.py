@@ -10,10 +10,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import secrets
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Annotated
@@ -47,16 +48,15 @@ TRY_IT = (
 )
 
 
-def load_or_create_master_key(data_dir: Path) -> tuple[str, bool]:
-    """The data directory's master key; created once, readable by its owner only."""
-    path = data_dir / "master.key"
+def load_or_create_secret(path: Path, make: Callable[[], str]) -> tuple[str, bool]:
+    """A secret kept in the data directory; created once, readable by its owner only."""
     if path.exists():
         return path.read_text().strip(), False
-    key = MasterKey.generate().to_base64()
+    secret = make()
     descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(descriptor, "w") as handle:
-        handle.write(key + "\n")
-    return key, True
+        handle.write(secret + "\n")
+    return secret, True
 
 
 @contextmanager
@@ -130,13 +130,16 @@ def up(
     console.print(f"effect-broker up (data in {directory})")
     with ExitStack() as stack:
         try:
-            if settings.master_key is None:
-                key, created = load_or_create_master_key(directory)
-                console.print(
-                    f"  master key {'created in' if created else 'read from'} "
-                    f"{directory / 'master.key'}"
-                )
-                settings = settings.model_copy(update={"master_key": SecretStr(key)})
+            for field, name, make in (
+                ("master_key", "master.key", lambda: MasterKey.generate().to_base64()),
+                ("admin_token", "admin.token", lambda: secrets.token_urlsafe(24)),
+            ):
+                if getattr(settings, field) is None:
+                    value, created = load_or_create_secret(directory / name, make)
+                    console.print(
+                        f"  {name} {'created in' if created else 'read from'} {directory}"
+                    )
+                    settings = settings.model_copy(update={field: SecretStr(value)})
             if settings.database_url is None:
                 with step("starting embedded PostgreSQL"):
                     dsn = stack.enter_context(embedded_postgres(directory / "postgres"))
@@ -146,19 +149,27 @@ def up(
             if demo and script.exists():
                 with step(f"starting the demo payment target on port {DEMO_PORT}"):
                     target = stack.enter_context(demo_target(script, directory))
-            asyncio.run(run_proxy(settings, migrate=True, banner=_banner(target)))
+            banner = _banner(target, directory / "admin.token")
+            asyncio.run(run_proxy(settings, migrate=True, banner=banner))
         except EffectBrokerError as exc:
             console.print(f"[red]error:[/] {exc.message}")
             raise typer.Exit(1) from exc
     console.print("effect-broker stopped")
 
 
-def _banner(target: str | None) -> str:
+def _banner(target: str | None, token_file: Path) -> str:
     lines = [
         "",
         "effect-broker is up. Send your agent's HTTP through it:",
         "  export HTTP_PROXY={proxy}",
-        "Admin API: {admin}  (/healthz, /readyz)",
+        "Admin API: {admin}  (/healthz, /readyz, /metrics, /v1/effects)",
+        "Operators: export EFFECT_BROKER_ADMIN_URL={admin}"
+        + (
+            f" EFFECT_BROKER_ADMIN_TOKEN=$(cat {token_file})"
+            if token_file.exists()
+            else ""
+        ),
+        "  effect-broker effects list",
     ]
     if target is not None:
         lines += [
