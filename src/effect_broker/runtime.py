@@ -24,6 +24,7 @@ from effect_broker.routes_file import resolve_inject_headers
 from effect_broker.settings import Settings
 from effect_broker.store import Store
 from effect_broker.tenancy import TenantResolver
+from effect_broker.tracing import configure as configure_tracing
 
 
 def worker_name(role: str) -> str:
@@ -44,6 +45,7 @@ async def open_runtime(
         settings.master_key.get_secret_value() if settings.master_key else None
     )
     injected = resolve_inject_headers(config, os.environ if environ is None else environ)
+    configure_tracing(settings.traces)
     if not settings.database_url:
         raise MigrationError(
             "no database: set EFFECT_BROKER_DATABASE_URL or --database-url "

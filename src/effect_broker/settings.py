@@ -49,6 +49,9 @@ class Settings(BaseSettings):
         description="How long past a contract's timeout a dispatch lease lasts before "
         "the reconciler may treat its holder as dead.",
     )
+    traces: str = Field(
+        "none", description="OpenTelemetry span exporter: none or console."
+    )
     pool_min_size: int = Field(1, ge=1)
     pool_max_size: int = Field(10, ge=1)
 

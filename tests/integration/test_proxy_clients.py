@@ -23,6 +23,10 @@ import httpx
 import pytest
 import requests
 from aiohttp import ClientSession, web
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from effect_broker.canonical import downstream_key
 from effect_broker.server import start_site
@@ -328,3 +332,49 @@ async def test_repeated_client_keys_and_hop_by_hop_headers_never_reach_the_targe
         ]
         names = {name.lower() for name, _ in received}
         assert not {"operation-key", "x-hop-secret"} & names
+
+
+@pytest.fixture(scope="module")
+def spans() -> InMemorySpanExporter:
+    """An SDK tracer provider for this process, recording spans in memory."""
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    trace.set_tracer_provider(provider)
+    return exporter
+
+
+async def test_the_clients_trace_continues_upstream_through_the_proxys_span(
+    database_url: str, tmp_path: Path, spans: InMemorySpanExporter
+) -> None:
+    """One ``traceparent`` reaches the target: the client's trace, the proxy's span."""
+    trace_id = "4bf92f3577b34da6a3ce929d0e0e4736"
+    headers = {
+        **charge_headers(),
+        "traceparent": f"00-{trace_id}-00f067aa0ba902b7-01",
+    }
+    async with broker_with_echo(database_url, tmp_path) as (broker, echo):
+        async with (
+            ClientSession() as session,
+            session.post(
+                f"{broker.proxy_url}/echo/v1/charges",
+                data=json.dumps(CHARGE).encode(),
+                headers=headers,
+            ) as response,
+        ):
+            assert response.status == 201
+
+        [received] = echo.received
+        parents = [v for n, v in received if n.lower() == "traceparent"]
+        assert len(parents) == 1
+        _, sent_trace, sent_parent, _ = parents[0].split("-")
+        assert sent_trace == trace_id
+        [span] = [
+            s for s in spans.get_finished_spans() if s.name == "effect echo-reverse"
+        ]
+        assert sent_parent == format(span.context.span_id, "016x")
+        assert span.parent is not None and span.parent.span_id == 0x00F067AA0BA902B7
+        attributes = dict(span.attributes or {})
+        assert attributes["effect_broker.status"] == "succeeded"
+        assert OPERATION_KEY not in str(attributes)
+        assert len(str(attributes["effect_broker.operation_key_digest"])) == 16

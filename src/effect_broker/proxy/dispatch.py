@@ -30,6 +30,7 @@ from effect_broker.proxy.probe import ProbeVerdict, run_probe
 from effect_broker.proxy.targets import base_url
 from effect_broker.proxy.upstream import AttemptResult, Delivery, send
 from effect_broker.store import Store
+from effect_broker.tracing import with_current_context
 
 TRUNCATED_HEADER = "Effect-Receipt-Truncated"
 
@@ -48,7 +49,9 @@ def outgoing_request(
         downstream_key=downstream_key,
         inject=injected.get(route.name, {}),
     )
-    return StoredRequest(stored.method, stored.url, headers, stored.body)
+    return StoredRequest(
+        stored.method, stored.url, with_current_context(headers), stored.body
+    )
 
 
 @dataclass(frozen=True, slots=True)

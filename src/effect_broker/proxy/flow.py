@@ -13,6 +13,8 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from aiohttp import web
+from opentelemetry import trace
+from opentelemetry.trace import SpanKind
 
 from effect_broker import failpoints
 from effect_broker.canonical import (
@@ -46,6 +48,7 @@ from effect_broker.proxy.messages import (
 from effect_broker.proxy.problems import effect_headers, problem_response
 from effect_broker.proxy.state import ProxyState
 from effect_broker.proxy.targets import upstream_url
+from effect_broker.tracing import incoming_context, key_digest, tracer
 
 MAX_OPERATION_KEY = 255
 REPLAYED_HEADER = "Idempotent-Replayed"
@@ -117,15 +120,36 @@ class EffectRequest:
     async def handle(self) -> web.StreamResponse:
         started = time.perf_counter()
         self.upstream_seconds = 0.0
-        try:
-            return await self._handle()
-        finally:
-            self.state.metrics.overhead.labels(self.route.name).observe(
-                time.perf_counter() - started - self.upstream_seconds
-            )
+        with tracer.start_as_current_span(
+            f"effect {self.route.name}",
+            context=incoming_context(self.request.headers),
+            kind=SpanKind.SERVER,
+            attributes={
+                "effect_broker.route": self.route.name,
+                "effect_broker.contract": self.contract.ref,
+                "effect_broker.safety": self.contract.safety.value,
+            },
+        ) as span:
+            try:
+                response = await self._handle()
+                span.set_attribute("http.response.status_code", response.status)
+                for header, attribute in (
+                    ("Effect-Id", "effect_broker.effect_id"),
+                    ("Effect-Status", "effect_broker.status"),
+                ):
+                    if header in response.headers:
+                        span.set_attribute(attribute, response.headers[header])
+                return response
+            finally:
+                self.state.metrics.overhead.labels(self.route.name).observe(
+                    time.perf_counter() - started - self.upstream_seconds
+                )
 
     async def _handle(self) -> web.StreamResponse:
         key = operation_key(self.request, self.route.operation_key_header)
+        trace.get_current_span().set_attribute(
+            "effect_broker.operation_key_digest", key_digest(key)
+        )
         body = await read_body(self.request, self.state.max_request_bytes)
         fingerprint = self._fingerprint(body)
         stored = self._stored_request(body)
