@@ -4,10 +4,11 @@ A local journal cannot tell "the request never arrived" from "the target committ
 the answer was lost". This runner shows what effect-broker does about that, with nothing
 simulated: for every safety class (the demo payment target's ``idempotent``,
 ``reconcilable`` and ``unsafe`` modes) and every scenario below, it starts a fresh
-target process (its own SQLite file), a fresh ledger database and the real
-``effect-broker serve``, breaks something, lets the scripted agent retry with the same
-``Operation-Key``, waits until the ledger has settled as far as the proof allows, and then
-counts the rows in the *target's own* ``charges`` table. That count is the ground truth.
+target process (its own SQLite file), a fresh ledger database and the real proxy
+process (the ``effect-broker serve`` command, configured by environment), breaks
+something, lets the scripted agent retry with the same ``Operation-Key``, waits until
+the ledger has settled as far as the proof allows, and then counts the rows in the
+*target's own* ``charges`` table. That count is the ground truth.
 
 Scenarios:
 
@@ -279,7 +280,7 @@ def judge(seen: Observation) -> tuple[str, list[str]]:
             problems.append(f"effect is {status}, expected a visible outcome_unknown")
         if any(result.outcome != "outcome_unknown" for result in seen.agents):
             problems.append("the agent was not told the outcome is unknown")
-        verdict = f"no duplicate ({seen.charges} charge), outcome_unknown shown"
+        verdict = f"no duplicate ({_charges(seen.charges)}), outcome_unknown shown"
     else:
         if seen.charges != 1:
             problems.append(f"{seen.charges} charges, expected exactly 1")
@@ -304,6 +305,10 @@ def judge(seen: Observation) -> tuple[str, list[str]]:
             problems.append("the woken proxy wrote to the ledger after the takeover")
         verdict += f", zombie fenced ({seen.fenced or 0:g})"
     return verdict, problems
+
+
+def _charges(n: int) -> str:
+    return f"{n} charge" if n == 1 else f"{n} charges"
 
 
 def _concurrent_problems(results: Sequence[Any]) -> list[str]:
@@ -634,7 +639,10 @@ class Cell:
 
     def run_agent(self, url: str, *, naive: bool = False) -> Coroutine[Any, Any, Any]:
         """The scripted agent for this cell's mode (an ``agent.AgentResult``)."""
-        return agent.run_agent(url, self.mode, naive=naive, deadline=AGENT_DEADLINE)
+        running: Coroutine[Any, Any, Any] = agent.run_agent(
+            url, self.mode, naive=naive, deadline=AGENT_DEADLINE
+        )
+        return running
 
 
 def write_routes(path: Path, target_url: str) -> Path:
@@ -754,6 +762,7 @@ async def observe(
     Counting first could miss a redispatch still to come; once the effect is settled
     (or provably waits for a person) nothing more will be sent for it.
     """
+    ledger: Ledger | None
     try:
         ledger = await cell.settled_ledger()
     except CellError:
@@ -908,14 +917,11 @@ async def _run_matrix(
     started = time.monotonic()
     order = [(mode, scenario) for scenario in scenarios for mode in modes]
     results: dict[tuple[str, str], CellResult] = {}
-    queue: asyncio.Queue[tuple[str, str]] = asyncio.Queue()
-    for item in order:
-        queue.put_nowait(item)
+    pending = iter(order)
     matrix = Matrix(server_dsn, workdir, sabotage)
 
     async def worker() -> None:
-        while not queue.empty():
-            mode, scenario = queue.get_nowait()
+        for mode, scenario in pending:  # shared: each cell goes to one worker
             result = await matrix.run_cell(mode, scenario)
             results[mode, scenario] = result
             progress(
@@ -939,17 +945,21 @@ def _progress_word(result: CellResult) -> str:
 
 
 def render(result: MatrixResult) -> Table:
-    """(mode, scenario) -> target charges, effect status, receipt, agent, verdict."""
+    """(mode, scenario) -> target charges, effect status, receipt, agent, verdict.
+
+    "sent" is how many dispatch attempts the ledger recorded: more than one with a
+    single charge is the proof doing its work (a redispatch the target deduplicated).
+    """
     title = f"crash matrix: {len(result.cells)} cells in {result.seconds:.0f}s, " + (
         "no violation" if result.ok else f"{len(result.violations)} VIOLATION(S)"
     )
     table = Table(title=title, title_justify="left")
-    columns = ("mode", "scenario", "charges", "effect status", "receipt", "agent saw")
+    columns = ("mode", "scenario", "charges", "effect status", "sent", "receipt")
     for column in columns:
-        table.add_column(
-            column, justify="right" if column == "charges" else "left", no_wrap=True
-        )
-    table.add_column("verdict")
+        numeric = column in ("charges", "sent")
+        table.add_column(column, justify="right" if numeric else "left", no_wrap=True)
+    table.add_column("agent finally saw")
+    table.add_column("verdict", min_width=30)
     cells = result.cells
     for index, cell in enumerate(cells):
         seen = cell.observation
@@ -961,6 +971,7 @@ def render(result: MatrixResult) -> Table:
             cell.scenario,
             str(seen.charges) if seen else "?",
             ledger.status if ledger else ("-" if cell.scenario == NAIVE else "?"),
+            f"{ledger.attempts}x" if ledger else "-",
             _receipt(cell),
             _agents(seen),
             _verdict(cell),
@@ -986,9 +997,12 @@ def _agents(seen: Observation | None) -> str:
         replayed = sum(1 for result in seen.agents if result.replayed)
         return f"{fine}/{len(seen.agents)} 2xx, {replayed} replayed"
     (result,) = seen.agents
-    last = result.history[-1] if result.history else "nothing"
-    tries = "try" if result.attempts == 1 else "tries"
-    return f"{last} ({result.attempts} {tries})"
+    if not result.history:
+        return "nothing"
+    if seen.scenario == NAIVE:  # why it charged twice: the first answer never came
+        return ", then ".join(result.history)
+    tries = "1 try" if result.attempts == 1 else f"{result.attempts} tries"
+    return f"{result.history[-1]} ({tries})"
 
 
 def _verdict(cell: CellResult) -> str:
@@ -1009,12 +1023,15 @@ def report(console: Console, result: MatrixResult) -> None:
                 f"(logs: {cell.logs})",
                 highlight=False,
             )
-    if result.ok:
+    complete = len(result.cells) == len(MODES) * len(SCENARIOS)
+    if result.ok and complete:
         console.print(
             "[green]The proxy left exactly one charge on the idempotent and "
             "reconcilable targets, no duplicate and a visible outcome_unknown on the "
             "unsafe one; the naive client double-charged.[/]"
         )
+    elif result.ok:
+        console.print(f"[green]No violation in the {len(result.cells)} cells run.[/]")
 
 
 # --------------------------------------------------------------------------- command line
