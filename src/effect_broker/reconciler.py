@@ -108,6 +108,10 @@ class Reconciler:
                 actor=self.owner,
                 error=f"its worker stopped while it was {effect.status}; who held it "
                 "is in the claim event's previous_owner",
+                # Still ours until the lease runs out, so a crash right after this
+                # write leaves the effect due, never stranded with nothing scheduled.
+                lease_owner=self.owner,
+                lease=LEASE,
                 settle_within=route.contract.settlement_bound,
             )
             log.warning(

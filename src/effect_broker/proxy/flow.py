@@ -224,6 +224,11 @@ class EffectRequest:
                         kind="lease_expired",
                         actor=self.state.owner,
                         error="the worker holding this effect stopped mid-flight",
+                        # Keep it claimed: if this process dies next, the reconciler
+                        # still finds it once the lease runs out.
+                        lease_owner=self.state.owner,
+                        lease=self.contract.timeout + self.state.lease_grace,
+                        settle_within=self.contract.settlement_bound,
                     ),
                     effect,
                 )
