@@ -1,17 +1,26 @@
 """A real broker for tests: the demo payment target, the proxy and admin ports, and
 the ledger, all on loopback. The target's SQLite table is the ground truth for how many
-charges really happened."""
+charges really happened.
+
+Also the small client side every integration module shares: ``request`` and its
+``Answer``, ``arm_faults`` for the demo target, ``serve_app``/``serve_handler`` for a
+test's own upstream, and ``ledger_rows`` for what the ledger recorded."""
 
 from __future__ import annotations
 
+import json
 import sqlite3
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import aiohttp
+import asyncpg
 from aiohttp import web
+from aiohttp.typedefs import LooseHeaders
+from yarl import URL
 
 from effect_broker.admin.app import build_admin_app
 from effect_broker.crypto import MasterKey
@@ -24,6 +33,9 @@ from effect_broker.settings import Settings
 from tests.support import load_example
 
 payment_target = load_example("payment_target")
+
+PROBLEM_JSON = "application/problem+json"
+PROBLEMS = "https://effect-broker.dev/problems/"
 
 ROUTES = """\
 version: 1
@@ -96,6 +108,85 @@ class Broker:
 async def _serve(stack: AsyncExitStack, app: web.Application) -> str:
     host, port = await start_site(stack, app, "127.0.0.1:0")
     return f"http://{host}:{port}"
+
+
+@asynccontextmanager
+async def serve_app(app: web.Application) -> AsyncIterator[str]:
+    """Serve ``app`` on a free loopback port; yields its base URL."""
+    async with AsyncExitStack() as stack:
+        yield await _serve(stack, app)
+
+
+@asynccontextmanager
+async def serve_handler(
+    handler: Callable[[web.Request], Awaitable[web.StreamResponse]],
+) -> AsyncIterator[str]:
+    """A tiny upstream: ``handler`` answers every method on every path."""
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", handler)
+    async with serve_app(app) as url:
+        yield url
+
+
+# --------------------------------------------------------------------- the client side
+
+
+@dataclass(frozen=True)
+class Answer:
+    status: int
+    headers: dict[str, str]
+    body: bytes
+
+    @property
+    def json(self) -> Any:
+        return json.loads(self.body)
+
+    @property
+    def problem(self) -> dict[str, Any]:
+        """The body as a problem document; fails unless it is served as one."""
+        assert self.headers["Content-Type"].startswith(PROBLEM_JSON), self
+        document: dict[str, Any] = json.loads(self.body)
+        return document
+
+
+async def request(
+    method: str,
+    url: str | URL,
+    *,
+    proxy: str | None = None,
+    headers: LooseHeaders | None = None,
+    data: Any = None,
+    params: list[tuple[str, str]] | None = None,
+) -> Answer:
+    """One request on a fresh session; the whole answer, body read."""
+    async with (
+        aiohttp.ClientSession() as session,
+        session.request(
+            method, url, proxy=proxy, headers=headers, data=data, params=params
+        ) as response,
+    ):
+        return Answer(response.status, dict(response.headers), await response.read())
+
+
+async def arm_faults(broker: Broker, **faults: int) -> None:
+    """Arm the demo target's faults: ``hang_after_commit=n``, the next n charges commit
+    and never answer; ``fail_before_commit=n``, the next n get a 503 and write nothing."""
+    async with (
+        aiohttp.ClientSession() as session,
+        session.post(f"{broker.target_url}/_faults", json=faults) as response,
+    ):
+        assert response.status == 200, await response.text()
+
+
+async def ledger_rows(database_url: str) -> list[asyncpg.Record]:
+    """Every effect in the ledger, oldest first: operation key, status, attempts."""
+    conn = await asyncpg.connect(database_url)
+    try:
+        return await conn.fetch(
+            "SELECT operation_key, status, attempts FROM effects ORDER BY created_at"
+        )
+    finally:
+        await conn.close()
 
 
 @asynccontextmanager

@@ -13,47 +13,34 @@ import base64
 import json
 import re
 from collections.abc import AsyncIterator
-from contextlib import AsyncExitStack, asynccontextmanager
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from uuid import UUID, uuid4
 
-import aiohttp
 import asyncpg
 import pytest
 
 from effect_broker.admin.app import build_admin_app
 from effect_broker.models import EffectStatus
-from effect_broker.server import start_site
 from effect_broker.tenancy import new_api_key
-from tests.integration.harness import Broker, running_broker
+from tests.integration.harness import (
+    PROBLEMS,
+    Answer,
+    Broker,
+    arm_faults,
+    request,
+    running_broker,
+    serve_app,
+)
 
 TOKEN = "t0k-admin-secret"
-PROBLEMS = "https://effect-broker.dev/problems/"
-PROBLEM_JSON = "application/problem+json"
 
 # Route name -> reverse-mode path on the sidecar (see harness.ROUTES).
 IDEMPOTENT = "payments"
 RECONCILABLE = "tickets"
 UNSAFE = "email"
-
-
-@dataclass(frozen=True)
-class Answer:
-    status: int
-    headers: dict[str, str]
-    body: bytes
-
-    @property
-    def json(self) -> Any:
-        return json.loads(self.body)
-
-    @property
-    def problem(self) -> dict[str, Any]:
-        assert self.headers["Content-Type"].startswith(PROBLEM_JSON), self
-        document: dict[str, Any] = json.loads(self.body)
-        return document
 
 
 @dataclass(frozen=True)
@@ -76,18 +63,14 @@ class Admin:
     ) -> Answer:
         bearer = self.token if token == "default" else token
         headers = {"Authorization": f"Bearer {bearer}"} if bearer else {}
-        data = raw if raw is not None else None
+        data = raw
         if body is not None:
             data = json.dumps(body).encode()
         if data is not None:
             headers["Content-Type"] = "application/json"
-        async with (
-            aiohttp.ClientSession() as session,
-            session.request(
-                method, self.url + path, params=params, data=data, headers=headers
-            ) as response,
-        ):
-            return Answer(response.status, dict(response.headers), await response.read())
+        return await request(
+            method, self.url + path, params=params, data=data, headers=headers
+        )
 
     async def get(self, path: str, **kwargs: Any) -> Answer:
         return await self.call("GET", path, **kwargs)
@@ -110,11 +93,9 @@ async def admin_broker(
     settings.setdefault("timeout", "500ms")
     async with (
         running_broker(database_url, tmp_path, **settings) as broker,
-        AsyncExitStack() as stack,
+        serve_app(build_admin_app(broker.state, admin_token=token)) as url,
     ):
-        app = build_admin_app(broker.state, admin_token=token)
-        host, port = await start_site(stack, app, "127.0.0.1:0")
-        yield Admin(broker, f"http://{host}:{port}", token)
+        yield Admin(broker, url, token)
 
 
 @pytest.fixture
@@ -134,15 +115,12 @@ async def send(
     headers = {"Content-Type": "application/json", "Operation-Key": key}
     if proxy_auth is not None:
         headers["Proxy-Authorization"] = proxy_auth
-    async with (
-        aiohttp.ClientSession() as session,
-        session.post(
-            f"{broker.proxy_url}/{route}/v1/charges",
-            data=json.dumps(order(key)).encode(),
-            headers=headers,
-        ) as response,
-    ):
-        return Answer(response.status, dict(response.headers), await response.read())
+    return await request(
+        "POST",
+        f"{broker.proxy_url}/{route}/v1/charges",
+        data=json.dumps(order(key)).encode(),
+        headers=headers,
+    )
 
 
 async def settled(broker: Broker, route: str, key: str) -> str:
@@ -153,13 +131,7 @@ async def settled(broker: Broker, route: str, key: str) -> str:
 
 async def unknown(broker: Broker, route: str, *keys: str) -> list[str]:
     """Effects whose target committed but whose answers were lost (proxy timeout)."""
-    async with (
-        aiohttp.ClientSession() as session,
-        session.post(
-            f"{broker.target_url}/_faults", json={"hang_after_commit": len(keys)}
-        ) as armed,
-    ):
-        assert armed.status == 200
+    await arm_faults(broker, hang_after_commit=len(keys))
     answers = await asyncio.gather(*(send(broker, route, key) for key in keys))
     for answer in answers:
         assert answer.status == 504, answer
@@ -195,17 +167,15 @@ async def test_v1_needs_the_admin_token_and_probes_stay_open(admin: Admin) -> No
 
 
 async def test_basic_credentials_are_not_a_bearer_token(admin: Admin) -> None:
-    async with (
-        aiohttp.ClientSession() as session,
-        session.get(
-            admin.url + "/v1/effects",
-            headers={
-                "Authorization": "Basic "
-                + base64.b64encode(b"x:" + TOKEN.encode()).decode()
-            },
-        ) as response,
-    ):
-        assert response.status == 401
+    answer = await request(
+        "GET",
+        admin.url + "/v1/effects",
+        headers={
+            "Authorization": "Basic " + base64.b64encode(b"x:" + TOKEN.encode()).decode()
+        },
+    )
+
+    assert answer.status == 401
 
 
 async def test_a_sidecar_without_an_admin_token_tells_how_to_set_one(

@@ -15,7 +15,7 @@ import asyncio
 import json
 import shutil
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
-from contextlib import AsyncExitStack, asynccontextmanager
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -29,8 +29,13 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from effect_broker.canonical import downstream_key
-from effect_broker.server import start_site
-from tests.integration.harness import ROUTES, Broker, running_broker
+from tests.integration.harness import (
+    ROUTES,
+    Broker,
+    request,
+    running_broker,
+    serve_handler,
+)
 
 CHARGE = {"amount": 1000, "currency": "usd", "order_id": "order-42"}
 OPERATION_KEY = "order-42:charge"
@@ -184,11 +189,8 @@ class Echo:
 @asynccontextmanager
 async def echo_upstream() -> AsyncIterator[Echo]:
     echo = Echo()
-    app = web.Application()
-    app.router.add_route("*", "/{tail:.*}", echo.handle)
-    async with AsyncExitStack() as stack:
-        host, port = await start_site(stack, app, "127.0.0.1:0")
-        echo.url = f"http://{host}:{port}"
+    async with serve_handler(echo.handle) as url:
+        echo.url = url
         yield echo
 
 
@@ -316,15 +318,13 @@ async def test_repeated_client_keys_and_hop_by_hop_headers_never_reach_the_targe
             ("Connection", "keep-alive, X-Hop-Secret"),
             ("X-Hop-Secret", "for-the-proxy-only"),
         ]
-        async with (
-            ClientSession() as session,
-            session.post(
-                f"{broker.proxy_url}/echo/v1/charges",
-                data=json.dumps(CHARGE).encode(),
-                headers=headers,
-            ) as response,
-        ):
-            assert response.status == 201
+        answer = await request(
+            "POST",
+            f"{broker.proxy_url}/echo/v1/charges",
+            data=json.dumps(CHARGE).encode(),
+            headers=headers,
+        )
+        assert answer.status == 201
 
         [received] = echo.received
         assert [v for n, v in received if n.lower() == "idempotency-key"] == [
@@ -354,15 +354,13 @@ async def test_the_clients_trace_continues_upstream_through_the_proxys_span(
         "traceparent": f"00-{trace_id}-00f067aa0ba902b7-01",
     }
     async with broker_with_echo(database_url, tmp_path) as (broker, echo):
-        async with (
-            ClientSession() as session,
-            session.post(
-                f"{broker.proxy_url}/echo/v1/charges",
-                data=json.dumps(CHARGE).encode(),
-                headers=headers,
-            ) as response,
-        ):
-            assert response.status == 201
+        answer = await request(
+            "POST",
+            f"{broker.proxy_url}/echo/v1/charges",
+            data=json.dumps(CHARGE).encode(),
+            headers=headers,
+        )
+        assert answer.status == 201
 
         [received] = echo.received
         parents = [v for n, v in received if n.lower() == "traceparent"]

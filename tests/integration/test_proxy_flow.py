@@ -5,9 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 
-import aiohttp
-
-from tests.integration.harness import Broker
+from tests.integration.harness import Answer, Broker, request
 
 CHARGE = {"amount": 1000, "currency": "usd", "order_id": "order-42"}
 FORWARD_URL = "http://payments.internal/v1/charges"
@@ -15,21 +13,18 @@ FORWARD_URL = "http://payments.internal/v1/charges"
 
 async def post(
     broker: Broker, url: str, *, key: str | None, body: object = CHARGE, **headers: str
-) -> tuple[int, dict[str, str], bytes]:
+) -> Answer:
     sent = {"Content-Type": "application/json", **headers}
     if key is not None:
         sent["Operation-Key"] = key
     data = body if isinstance(body, bytes) else json.dumps(body).encode()
-    async with (
-        aiohttp.ClientSession() as session,
-        session.post(
-            url,
-            data=data,
-            headers=sent,
-            proxy=broker.proxy_url if "://payments" in url else None,
-        ) as response,
-    ):
-        return response.status, dict(response.headers), await response.read()
+    return await request(
+        "POST",
+        url,
+        data=data,
+        headers=sent,
+        proxy=broker.proxy_url if "://payments" in url else None,
+    )
 
 
 async def test_a_retry_replays_the_receipt_byte_for_byte(broker: Broker) -> None:
@@ -40,11 +35,11 @@ async def test_a_retry_replays_the_receipt_byte_for_byte(broker: Broker) -> None
         broker, FORWARD_URL, key="order-42:charge", **{"Idempotency-Key": "other"}
     )
 
-    assert first[0] == second[0] == 201
-    assert first[2] == second[2]
-    assert second[1]["Idempotent-Replayed"] == "true"
-    assert first[1]["Effect-Id"] == second[1]["Effect-Id"]
-    assert first[1]["Effect-Status"] == "succeeded"
+    assert first.status == second.status == 201
+    assert first.body == second.body
+    assert second.headers["Idempotent-Replayed"] == "true"
+    assert first.headers["Effect-Id"] == second.headers["Effect-Id"]
+    assert first.headers["Effect-Status"] == "succeeded"
     [charge] = broker.charges("order-42")
     assert charge["idempotency_key"] not in ("mine", "other")
 
@@ -54,8 +49,8 @@ async def test_fifty_concurrent_duplicates_reach_the_target_once(broker: Broker)
         *(post(broker, FORWARD_URL, key="order-42:charge") for _ in range(50))
     )
 
-    statuses = {status for status, _, _ in answers}
+    statuses = {answer.status for answer in answers}
     assert statuses <= {201, 409}
     assert len(broker.charges("order-42")) == 1
-    bodies = {body for status, _, body in answers if status == 201}
+    bodies = {answer.body for answer in answers if answer.status == 201}
     assert len(bodies) == 1

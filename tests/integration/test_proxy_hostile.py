@@ -12,68 +12,32 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator
-from contextlib import AsyncExitStack, asynccontextmanager
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
-import aiohttp
-import asyncpg
 import pytest
 from aiohttp import web
 from yarl import URL
 
-from effect_broker.server import start_site
-from tests.integration.harness import Broker, running_broker
+from tests.integration.harness import (
+    PROBLEM_JSON,
+    PROBLEMS,
+    Broker,
+    ledger_rows,
+    request,
+    running_broker,
+    serve_handler,
+)
 
-PROBLEM_JSON = "application/problem+json"
-PROBLEMS = "https://effect-broker.dev/problems/"
 CHARGE = {"amount": 1000, "currency": "usd", "order_id": "order-1"}
-FORWARD_URL = "http://payments.internal/v1/charges"
-
-
-@dataclass(frozen=True)
-class Answer:
-    status: int
-    headers: dict[str, str]
-    body: bytes
-
-    @property
-    def problem(self) -> dict[str, Any]:
-        assert self.headers["Content-Type"].startswith(PROBLEM_JSON), self.headers
-        document: dict[str, Any] = json.loads(self.body)
-        return document
-
-
-async def request(
-    method: str,
-    url: str | URL,
-    *,
-    proxy: str | None = None,
-    headers: dict[str, str] | None = None,
-    data: Any = None,
-) -> Answer:
-    async with (
-        aiohttp.ClientSession() as session,
-        session.request(method, url, proxy=proxy, headers=headers, data=data) as response,
-    ):
-        return Answer(response.status, dict(response.headers), await response.read())
-
-
-async def ledger_count(database_url: str) -> int:
-    conn = await asyncpg.connect(database_url)
-    try:
-        count: int = await conn.fetchval("SELECT count(*) FROM effects")
-        return count
-    finally:
-        await conn.close()
 
 
 async def assert_nothing_happened_and_still_serving(
     broker: Broker, database_url: str
 ) -> None:
     """Nothing recorded, nothing charged, and a normal request still goes through."""
-    assert await ledger_count(database_url) == 0
+    assert await ledger_rows(database_url) == []
     assert broker.charges() == []
     normal = await request(
         "POST",
@@ -83,7 +47,7 @@ async def assert_nothing_happened_and_still_serving(
     )
     assert normal.status == 201, normal
     assert len(broker.charges("normal")) == 1
-    assert await ledger_count(database_url) == 1
+    assert len(await ledger_rows(database_url)) == 1
 
 
 # --------------------------------------------------------------------- raw sockets
@@ -280,11 +244,8 @@ class Echo:
 @asynccontextmanager
 async def echo_upstream() -> AsyncIterator[Echo]:
     echo = Echo()
-    app = web.Application()
-    app.router.add_route("*", "/{tail:.*}", echo.handle)
-    async with AsyncExitStack() as stack:
-        host, port = await start_site(stack, app, "127.0.0.1:0")
-        echo.url = f"http://{host}:{port}"
+    async with serve_handler(echo.handle) as url:
+        echo.url = url
         yield echo
 
 
@@ -388,4 +349,4 @@ async def test_a_forward_route_on_a_non_default_port_records_the_effect(
             [(_, _, headers, _)] = echo.received
             assert "Operation-Key" not in dict(headers)
             assert "Effect-Id" in answer.headers
-            assert await ledger_count(database_url) == 1
+            assert len(await ledger_rows(database_url)) == 1

@@ -11,60 +11,35 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
-from contextlib import AsyncExitStack, asynccontextmanager
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
-import aiohttp
-import asyncpg
 from aiohttp import web
 
-from effect_broker.server import start_site
-from tests.integration.harness import Broker, running_broker
+from tests.integration.harness import (
+    PROBLEMS,
+    Answer,
+    Broker,
+    ledger_rows,
+    request,
+    running_broker,
+    serve_handler,
+)
 
-PROBLEMS = "https://effect-broker.dev/problems/"
 CHARGE = {"amount": 1000, "currency": "usd", "order_id": "order-1"}
 BIG_BODY = (bytes(range(256)) * 20)[:5000]  # every byte value, 5000 bytes
 
 
-@dataclass(frozen=True)
-class Answer:
-    status: int
-    headers: dict[str, str]
-    body: bytes
-
-    @property
-    def problem(self) -> dict[str, Any]:
-        document: dict[str, Any] = json.loads(self.body)
-        return document
-
-
-async def request(
-    method: str,
-    url: str,
-    *,
-    key: str | None = "order-1:charge",
-    proxy: str | None = None,
-    body: object = CHARGE,
-) -> Answer:
-    headers = {"Content-Type": "application/json"}
-    if key is not None:
-        headers["Operation-Key"] = key
-    data = json.dumps(body) if method == "POST" else None
-    async with (
-        aiohttp.ClientSession() as session,
-        session.request(method, url, headers=headers, data=data, proxy=proxy) as response,
-    ):
-        return Answer(response.status, dict(response.headers), await response.read())
-
-
-async def ledger_rows(database_url: str) -> list[asyncpg.Record]:
-    conn = await asyncpg.connect(database_url)
-    try:
-        return await conn.fetch("SELECT status, attempts FROM effects")
-    finally:
-        await conn.close()
+async def send(method: str, url: str, *, proxy: str | None = None) -> Answer:
+    """``method`` under the Operation-Key ``order-1:charge``; a POST carries CHARGE."""
+    return await request(
+        method,
+        url,
+        proxy=proxy,
+        headers={"Content-Type": "application/json", "Operation-Key": "order-1:charge"},
+        data=json.dumps(CHARGE) if method == "POST" else None,
+    )
 
 
 # --------------------------------------------------------------------- large receipts
@@ -74,7 +49,6 @@ async def ledger_rows(database_url: str) -> list[asyncpg.Record]:
 class BigUpstream:
     """Answers every request with a 5000-byte body and a header worth keeping."""
 
-    url: str = ""
     calls: list[str] = field(default_factory=list)
 
     async def handle(self, request: web.Request) -> web.Response:
@@ -86,17 +60,6 @@ class BigUpstream:
             content_type="application/octet-stream",
             headers={"X-Charge-Id": "ch_big"},
         )
-
-
-@asynccontextmanager
-async def big_upstream() -> AsyncIterator[BigUpstream]:
-    upstream = BigUpstream()
-    app = web.Application()
-    app.router.add_route("*", "/{tail:.*}", upstream.handle)
-    async with AsyncExitStack() as stack:
-        host, port = await start_site(stack, app, "127.0.0.1:0")
-        upstream.url = f"http://{host}:{port}"
-        yield upstream
 
 
 BIG_ROUTES = """\
@@ -117,23 +80,34 @@ routes:
 """
 
 
+@asynccontextmanager
+async def broker_with_big_upstream(
+    database_url: str, tmp_path: Path, *, max_receipt_bytes: int
+) -> AsyncIterator[tuple[Broker, BigUpstream]]:
+    """A broker whose only route leads to a ``BigUpstream``."""
+    upstream = BigUpstream()
+    async with serve_handler(upstream.handle) as url:
+        routes = BIG_ROUTES.format(upstream=url)
+        async with running_broker(
+            database_url,
+            tmp_path,
+            max_receipt_bytes=max_receipt_bytes,
+            routes=lambda _: routes,
+        ) as broker:
+            yield broker, upstream
+
+
 async def test_a_response_over_max_receipt_bytes_is_streamed_then_replayed_truncated(
     database_url: str, tmp_path: Path
 ) -> None:
     assert len(BIG_BODY) == 5000
-    async with (
-        big_upstream() as upstream,
-        running_broker(
-            database_url,
-            tmp_path,
-            max_receipt_bytes=1000,
-            routes=lambda _: BIG_ROUTES.format(upstream=upstream.url),
-        ) as broker,
-    ):
+    async with broker_with_big_upstream(
+        database_url, tmp_path, max_receipt_bytes=1000
+    ) as (broker, upstream):
         url = f"{broker.proxy_url}/reports/v1/charges"
 
-        first = await request("POST", url)
-        replay = await request("POST", url)
+        first = await send("POST", url)
+        replay = await send("POST", url)
 
         assert first.status == 201
         assert first.body == BIG_BODY
@@ -156,19 +130,13 @@ async def test_a_response_over_max_receipt_bytes_is_streamed_then_replayed_trunc
 async def test_a_response_of_exactly_max_receipt_bytes_is_kept_whole(
     database_url: str, tmp_path: Path
 ) -> None:
-    async with (
-        big_upstream() as upstream,
-        running_broker(
-            database_url,
-            tmp_path,
-            max_receipt_bytes=5000,
-            routes=lambda _: BIG_ROUTES.format(upstream=upstream.url),
-        ) as broker,
-    ):
+    async with broker_with_big_upstream(
+        database_url, tmp_path, max_receipt_bytes=5000
+    ) as (broker, upstream):
         url = f"{broker.proxy_url}/reports/v1/charges"
 
-        first = await request("POST", url)
-        replay = await request("POST", url)
+        first = await send("POST", url)
+        replay = await send("POST", url)
 
         assert first.body == replay.body == BIG_BODY
         assert "Effect-Receipt-Truncated" not in replay.headers
@@ -181,7 +149,7 @@ async def test_a_response_of_exactly_max_receipt_bytes_is_kept_whole(
 async def test_a_get_on_a_reverse_route_path_is_not_recorded(
     broker: Broker, database_url: str
 ) -> None:
-    answer = await request("GET", f"{broker.proxy_url}/payments/v1/charges")
+    answer = await send("GET", f"{broker.proxy_url}/payments/v1/charges")
 
     assert answer.status == 404
     assert answer.problem["type"] == PROBLEMS + "route-not-found"
@@ -194,7 +162,7 @@ async def test_a_get_on_a_forward_route_path_is_passed_through_unrecorded(
     broker: Broker, database_url: str
 ) -> None:
     """The GET goes to payments.internal itself, which does not resolve here: 502."""
-    answer = await request(
+    answer = await send(
         "GET", "http://payments.internal/v1/charges", proxy=broker.proxy_url
     )
 

@@ -21,29 +21,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import aiohttp
-import asyncpg
 import pytest
 from aiohttp import web
 
 from effect_broker.server import start_site
-from tests.integration.harness import Broker, payment_target, running_broker
-
-PROBLEM_JSON = "application/problem+json"
-PROBLEMS = "https://effect-broker.dev/problems/"
-
-
-@dataclass(frozen=True)
-class Answer:
-    status: int
-    headers: dict[str, str]
-    body: bytes
-
-    @property
-    def problem(self) -> dict[str, Any]:
-        assert self.headers["Content-Type"].startswith(PROBLEM_JSON), self.headers
-        document: dict[str, Any] = json.loads(self.body)
-        return document
+from tests.integration.harness import (
+    PROBLEMS,
+    Answer,
+    Broker,
+    arm_faults,
+    ledger_rows,
+    payment_target,
+    request,
+    running_broker,
+    serve_app,
+)
 
 
 def charge(order_id: str, amount: int = 1000) -> dict[str, Any]:
@@ -63,29 +55,7 @@ async def post(
         headers.append(("Operation-Key", key))
     headers.extend(extra or [])
     data = body if isinstance(body, bytes) else json.dumps(body).encode()
-    async with (
-        aiohttp.ClientSession() as session,
-        session.post(url, data=data, headers=headers) as response,
-    ):
-        return Answer(response.status, dict(response.headers), await response.read())
-
-
-async def arm_faults(broker: Broker, **faults: int) -> None:
-    async with (
-        aiohttp.ClientSession() as session,
-        session.post(f"{broker.target_url}/_faults", json=faults) as response,
-    ):
-        assert response.status == 200, await response.text()
-
-
-async def ledger_rows(database_url: str) -> list[asyncpg.Record]:
-    conn = await asyncpg.connect(database_url)
-    try:
-        return await conn.fetch(
-            "SELECT operation_key, status, attempts FROM effects ORDER BY created_at"
-        )
-    finally:
-        await conn.close()
+    return await request("POST", url, headers=headers, data=data)
 
 
 async def until_not_409(url: str, key: str, body: object, *, within: float) -> Answer:
@@ -292,10 +262,11 @@ async def late_target(
     app = web.Application()
     app.router.add_post("/v1/charges", target.create)
     app.router.add_get("/v1/charges", target.lookup)
-    async with AsyncExitStack() as stack:
-        host, port = await start_site(stack, app, "127.0.0.1:0")
-        stack.callback(target.released.set)  # runs first: let the hung handler end
-        yield f"http://{host}:{port}", target
+    async with serve_app(app) as url:
+        try:
+            yield url, target
+        finally:
+            target.released.set()  # before the site stops: let the hung handler end
 
 
 LATE_ROUTES = """\

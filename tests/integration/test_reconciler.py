@@ -7,13 +7,12 @@ import json
 from datetime import timedelta
 from pathlib import Path
 
-import aiohttp
 import asyncpg
 
 from effect_broker.models import Effect, EffectStatus
 from effect_broker.reconciler import Reconciler
 from effect_broker.store import EffectFilter
-from tests.integration.harness import Broker, running_broker
+from tests.integration.harness import Broker, arm_faults, request, running_broker
 
 CHARGE = {"amount": 1000, "currency": "usd", "order_id": "order-42"}
 PATHS = {
@@ -24,32 +23,20 @@ PATHS = {
 
 
 async def send(broker: Broker, mode: str, key: str = "order-42:charge") -> int:
-    async with (
-        aiohttp.ClientSession() as session,
-        session.post(
-            broker.proxy_url + PATHS[mode],
-            data=json.dumps(CHARGE),
-            headers={"Operation-Key": key, "Content-Type": "application/json"},
-        ) as response,
-    ):
-        await response.read()
-        return response.status
-
-
-async def arm(broker: Broker, **faults: int) -> None:
-    url = broker.target_url + "/_faults"
-    async with (
-        aiohttp.ClientSession() as session,
-        session.post(url, json=faults) as answer,
-    ):
-        assert answer.status == 200
+    answer = await request(
+        "POST",
+        broker.proxy_url + PATHS[mode],
+        data=json.dumps(CHARGE),
+        headers={"Operation-Key": key, "Content-Type": "application/json"},
+    )
+    return answer.status
 
 
 async def lose_the_answer(broker: Broker, mode: str) -> None:
     """The target commits, the proxy times out: the outcome is unknown."""
-    await arm(broker, hang_after_commit=1)
+    await arm_faults(broker, hang_after_commit=1)
     assert await send(broker, mode) == 504
-    await arm(broker, hang_after_commit=0)
+    await arm_faults(broker, hang_after_commit=0)
 
 
 async def settle_until(
@@ -219,9 +206,9 @@ async def test_two_reconcilers_never_work_on_one_effect_at_once(
 ) -> None:
     async with running_broker(database_url, tmp_path, timeout="500ms") as broker:
         for n in range(6):
-            await arm(broker, hang_after_commit=1)
+            await arm_faults(broker, hang_after_commit=1)
             assert await send(broker, "idempotent", key=f"order-{n}") == 504
-        await arm(broker, hang_after_commit=0)
+        await arm_faults(broker, hang_after_commit=0)
         conn = await asyncpg.connect(database_url)
         try:
             await conn.execute("UPDATE effects SET due_at = now()")
