@@ -25,6 +25,7 @@ def _register() -> None:
         return
     _registered = True
     from effect_broker.cli import (
+        bench,
         demo,
         doctor,
         effects,
@@ -45,6 +46,7 @@ def _register() -> None:
     app.command(name="up")(up.up)
     app.command(name="reconciler")(reconciler.reconciler)
     app.command(name="doctor")(doctor.doctor)
+    app.command(name="bench")(bench.bench)
 
 
 def main() -> None:

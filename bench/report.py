@@ -1,0 +1,333 @@
+"""Medians, ratios against the bare proxy, goals, and the tables a person reads.
+
+``results.json`` shape (``build``)::
+
+    machine   cpu_model, cores, python, postgres, ...
+    settings  runs, duration_s, concurrency, generator, ...
+    results   {configuration: {concurrency: {rps, p50_ms, p99_ms, ... , runs: [...]}}}
+    ratios    new_vs_bare, replay_vs_bare, passthrough_vs_bare (req/s at the highest
+              concurrency), added_p50_ms_c1 (new effects minus bare proxy), and the
+              same per concurrency under by_concurrency
+    rss       effect-broker VmRSS before/after the effects and growth_pct
+    goals     {name: {value, target, met}}
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+GOALS: tuple[tuple[str, str, str, float], ...] = (
+    # (key, what, comparison, target); ratios are req/s against the bare proxy
+    ("new_vs_bare", "new effects / bare proxy", ">=", 0.40),
+    ("replay_vs_bare", "replays / bare proxy", ">=", 0.70),
+    ("passthrough_vs_bare", "pass-through / bare proxy", ">=", 0.90),
+    ("added_p50_ms_c1", "added p50 at c=1, new effects", "<=", 2.0),
+    ("rss_growth_pct", "RSS growth across the effects", "<", 20.0),
+)
+_RATIOS = {  # ratio key -> configuration compared with the bare proxy
+    "new_vs_bare": "new",
+    "replay_vs_bare": "replay",
+    "passthrough_vs_bare": "passthrough",
+}
+_SYMBOL = {">=": "≥", "<=": "≤", "<": "<"}
+
+
+def _median(values: Sequence[float | None]) -> float | None:
+    present = [value for value in values if value is not None]
+    return statistics.median(present) if present else None
+
+
+def summarize(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Medians over the runs of one (configuration, concurrency) pair."""
+    return {
+        "rps": _median([run["rps"] for run in runs]),
+        "p50_ms": _median([run["p50_ms"] for run in runs]),
+        "p99_ms": _median([run["p99_ms"] for run in runs]),
+        "proxy_cpu_us_per_request": _median(
+            [run["proxy_cpu_us_per_request"] for run in runs]
+        ),
+        "database_cpu_us_per_request": _median(
+            [run["database_cpu_us_per_request"] for run in runs]
+        ),
+        "errors": sum(run["errors"] for run in runs),
+        "requests": sum(run["requests"] for run in runs),
+        "runs": list(runs),
+    }
+
+
+def _get(results: Mapping[str, Any], config: str, concurrency: int, key: str) -> Any:
+    return results.get(config, {}).get(str(concurrency), {}).get(key)
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    return a / b if a is not None and b else None
+
+
+def _minus(a: float | None, b: float | None) -> float | None:
+    return a - b if a is not None and b is not None else None
+
+
+def ratios(results: Mapping[str, Any], concurrency: Sequence[int]) -> dict[str, Any]:
+    by_concurrency = {
+        str(c): {
+            **{
+                key: _ratio(
+                    _get(results, config, c, "rps"), _get(results, "bare", c, "rps")
+                )
+                for key, config in _RATIOS.items()
+            },
+            **{
+                f"added_p50_ms_{config}": _minus(
+                    _get(results, config, c, "p50_ms"), _get(results, "bare", c, "p50_ms")
+                )
+                for config in _RATIOS.values()
+            },
+        }
+        for c in concurrency
+    }
+    top = str(max(concurrency))
+    c1 = by_concurrency.get("1", {})
+    return {
+        **{key: by_concurrency[top][key] for key in _RATIOS},
+        "added_p50_ms_c1": c1.get("added_p50_ms_new"),
+        "concurrency": int(top),
+        "by_concurrency": by_concurrency,
+    }
+
+
+def _met(value: float | None, comparison: str, target: float) -> bool | None:
+    if value is None:
+        return None
+    if comparison == ">=":
+        return value >= target
+    if comparison == "<=":
+        return value <= target
+    return value < target
+
+
+def build(
+    *,
+    machine: Mapping[str, Any],
+    settings: Mapping[str, Any],
+    labels: Mapping[str, str],
+    runs: Mapping[tuple[str, int], Sequence[Mapping[str, Any]]],
+    rss: Mapping[str, Any] | None,
+    rss_by_process: Mapping[str, Any],
+) -> dict[str, Any]:
+    results: dict[str, Any] = {}
+    for (config, concurrency), measured in runs.items():
+        results.setdefault(config, {"label": labels[config]})[str(concurrency)] = (
+            summarize(measured)
+        )
+    ratio = ratios(results, settings["concurrency"])
+    values = {**ratio, "rss_growth_pct": rss["growth_pct"] if rss else None}
+    goals = {
+        key: {
+            "what": what,
+            "value": values[key],
+            "target": f"{comparison} {target:g}",
+            "met": _met(values[key], comparison, target),
+        }
+        for key, what, comparison, target in GOALS
+    }
+    return {
+        "machine": dict(machine),
+        "settings": dict(settings),
+        "results": results,
+        "ratios": ratio,
+        "rss": dict(rss) if rss else None,
+        "rss_by_process_kib": dict(rss_by_process),
+        "goals": goals,
+    }
+
+
+# -- rendering -------------------------------------------------------------------------
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[str]], align: str) -> str:
+    """A markdown table padded to read well in a terminal too; ``align`` is l/r per
+    column."""
+    widths = [
+        max(len(headers[i]), *(len(row[i]) for row in rows)) for i in range(len(headers))
+    ]
+
+    def line(cells: Sequence[str]) -> str:
+        padded = [
+            cell.ljust(width) if side == "l" else cell.rjust(width)
+            for cell, width, side in zip(cells, widths, align, strict=True)
+        ]
+        return "| " + " | ".join(padded) + " |"
+
+    rule = "|" + "|".join(
+        "-" * (w + 1) + ":" if side == "r" else "-" * (w + 2)
+        for w, side in zip(widths, align, strict=True)
+    )
+    return "\n".join([line(headers), rule + "|", *(line(row) for row in rows)])
+
+
+def _num(value: float | None, fmt: str, signed: bool = False) -> str:
+    if value is None:
+        return "-"
+    text = format(value, ("+" if signed else "") + fmt)
+    if text.startswith("-") and not text.strip("-0.,"):  # no "-0.00" for a tiny minus
+        text = ("+" if signed else "") + text[1:]
+    return text
+
+
+def results_table(report: Mapping[str, Any]) -> str:
+    results = report["results"]
+    by_c = report["ratios"]["by_concurrency"]
+    rows = []
+    for config, pairs in results.items():
+        for c in report["settings"]["concurrency"]:
+            pair = pairs.get(str(c))
+            if pair is None:
+                continue
+            ratio_key = next((k for k, v in _RATIOS.items() if v == config), None)
+            vs_bare = by_c[str(c)][ratio_key] if ratio_key else None
+            added = by_c[str(c)].get(f"added_p50_ms_{config}")
+            rows.append(
+                [
+                    pairs["label"],
+                    str(c),
+                    _num(pair["rps"], ",.0f"),
+                    "1.00" if config == "bare" else _num(vs_bare, ".2f"),
+                    _num(pair["p50_ms"], ".2f"),
+                    _num(added, ".2f", signed=True),
+                    _num(pair["p99_ms"], ".2f"),
+                    _num(pair["proxy_cpu_us_per_request"], ",.0f"),
+                    _num(pair["database_cpu_us_per_request"], ",.0f"),
+                    f"{pair['errors']:,}",
+                ]
+            )
+    headers = [
+        "configuration",
+        "conc.",
+        "req/s",
+        "vs bare",
+        "p50 ms",
+        "Δp50 ms",
+        "p99 ms",
+        "proxy CPU µs/req",
+        "db CPU µs/req",
+        "errors",
+    ]
+    return table(headers, rows, "lrrrrrrrrr")
+
+
+def goals_table(report: Mapping[str, Any]) -> str:
+    ratio = report["ratios"]
+    top = ratio["concurrency"]
+    by_c = ratio["by_concurrency"]
+    rss = report["rss"]
+    rows = []
+    for key, what, comparison, target in GOALS:
+        goal = report["goals"][key]
+        value = goal["value"]
+        if key in _RATIOS:
+            label = f"{what}, req/s at c={top}"
+            others = [
+                f"c={c}: {_num(by_c[c][key], '.2f')}" for c in by_c if c != str(top)
+            ]
+            shown = _num(value, ".2f") + (f" ({', '.join(others)})" if others else "")
+            wanted = f"{_SYMBOL[comparison]} {target:.2f}"
+        elif key == "added_p50_ms_c1":
+            label = what
+            shown = "-" if value is None else f"{value:+.2f} ms"
+            wanted = f"{_SYMBOL[comparison]} {target:g} ms"
+        else:
+            effects = rss["effects"] if rss else 0
+            label = f"RSS growth across {effects:,} effects"
+            shown = (
+                f"{_num(value, '.1f', signed=True)} % ({rss['before_kib'] / 1024:.1f} → "
+                f"{rss['after_kib'] / 1024:.1f} MiB)"
+                if rss
+                else "not measured"
+            )
+            wanted = f"{_SYMBOL[comparison]} {target:g} %"
+        met = {True: "✓", False: "✗", None: "-"}[goal["met"]]
+        rows.append([label, shown, wanted, met])
+    return table(["goal", "measured", "target", "met"], rows, "lrrl")
+
+
+def machine_line(report: Mapping[str, Any]) -> str:
+    m = report["machine"]
+    s = report["settings"]
+    timing = (
+        f"{s['requests_per_run']:,} requests per run"
+        if s["requests_per_run"]
+        else f"{s['duration_s']:g} s per run after {s['warmup_s']:g} s warm-up"
+    )
+    overrides = "".join(
+        f", {name}={value} (EXPERIMENT)"
+        for name, value in s.get("postgres_overrides", {}).items()
+    )
+    return (
+        f"{m['cpu_model']}, {m['cores']} cores; Python {m['python']}, aiohttp "
+        f"{m['aiohttp']}; PostgreSQL {m['postgres']} ({m['postgres_server']}, fsync "
+        f"{m['postgres_fsync']}, synchronous_commit {m['postgres_synchronous_commit']}"
+        f"{overrides}); "
+        f"generator {m['generator']}; medians of {s['runs']} run(s), {timing}."
+    )
+
+
+def notes(report: Mapping[str, Any]) -> list[str]:
+    m = report["machine"]
+    lines = [
+        "vs bare: req/s divided by the bare proxy's at the same concurrency. Δp50: p50 "
+        "minus the bare proxy's. proxy CPU: the proxy process's user+system CPU time "
+        "per request; db CPU: the same for the PostgreSQL backends serving "
+        "effect-broker (WAL writer and checkpointer not included).",
+    ]
+    cores = m["cores"] or 0
+    if cores <= 4:
+        lines.append(
+            f"Only {cores} cores: the load generator, the upstream, the proxy and "
+            "PostgreSQL share them, so absolute req/s are CPU-bound and lower than on a "
+            "dedicated machine; the ratios are the comparable part."
+        )
+    command = report["settings"].get("broker_command")
+    if command:
+        lines.append(
+            f"effect-broker started as `{' '.join(command)} serve` (EXPERIMENT)."
+        )
+    busy = m.get("cpu_busy_before_start_pct") or 0.0
+    if busy > 20.0:
+        lines.append(
+            f"{busy:.0f} % of the CPU was busy with other work just before the bench "
+            "started: the numbers are noisier (and lower) than on an idle machine."
+        )
+    rss = report["rss"]
+    if rss:
+        lines.append(
+            f"effect-broker RSS: {rss['at_start_kib'] / 1024:.1f} MiB idle at start, "
+            f"{rss['before_kib'] / 1024:.1f} MiB after the timed runs, "
+            f"{rss['after_kib'] / 1024:.1f} MiB after {rss['effects']:,} more new "
+            f"effects at {rss['effects_per_s']:,.0f} effects/s (c=64)."
+        )
+    return lines
+
+
+def render(report: Mapping[str, Any]) -> str:
+    parts = [
+        machine_line(report),
+        "",
+        results_table(report),
+        "",
+        goals_table(report),
+        "",
+        *(f"- {line}" for line in notes(report)),
+    ]
+    return "\n".join(parts)
+
+
+def markdown_page(report: Mapping[str, Any], rendered: str) -> str:
+    date = report["machine"]["date"]
+    return (
+        "# effect-broker benchmark: latest results\n\n"
+        f"Run on {date} with `python bench/run.py` (see `bench/run.py --help`). Goals "
+        "are benchmarks to report against, never timed tests.\n\n"
+        f"{rendered}\n"
+    )

@@ -1,0 +1,91 @@
+"""The bench harness end to end in its smallest mode: every configuration once, at
+concurrency 1, 200 requests each, against the test PostgreSQL server.
+
+Shape only: the speed goals are benchmarks (``python bench/run.py``), never timed tests.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+CONFIGS = ("direct", "bare", "new", "replay", "passthrough")
+
+
+def _positive(value: Any) -> bool:
+    return isinstance(value, int | float) and value > 0
+
+
+def test_bench_runs_every_configuration_and_writes_results(
+    server_dsn: str, tmp_path: Path
+) -> None:
+    output = tmp_path / "results.json"
+    completed = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "bench" / "run.py"),
+            "--database-url",
+            server_dsn,
+            "--generator",
+            "python",
+            "--concurrency",
+            "1",
+            "--runs",
+            "1",
+            "--requests",
+            "200",
+            "--warmup",
+            "0",
+            "--effects",
+            "200",
+            "--output",
+            str(output),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+        check=False,
+    )
+    assert completed.returncode == 0, completed.stderr
+    results = json.loads(output.read_text())
+
+    for config in CONFIGS:
+        pair = results["results"][config]["1"]
+        assert pair["requests"] == 200
+        assert pair["errors"] == 0
+        for key in ("rps", "p50_ms", "p99_ms"):
+            assert _positive(pair[key]), (config, key, pair[key])
+        # CPU comes from /proc in clock ticks (10 ms): measured, but maybe 0 in 200
+        # requests. Going direct there is no proxy; only effect-broker has a database.
+        proxy_cpu = pair["proxy_cpu_us_per_request"]
+        database_cpu = pair["database_cpu_us_per_request"]
+        assert (proxy_cpu is None) == (config == "direct"), config
+        assert (database_cpu is None) == (config in ("direct", "bare")), config
+        assert all(cpu is None or cpu >= 0 for cpu in (proxy_cpu, database_cpu))
+
+    ratios = results["ratios"]
+    for key in ("new_vs_bare", "replay_vs_bare", "passthrough_vs_bare"):
+        assert _positive(ratios[key]), (key, ratios[key])
+    assert isinstance(ratios["added_p50_ms_c1"], float)
+
+    machine = results["machine"]
+    for key in ("cpu_model", "cores", "python", "postgres"):
+        assert machine[key], key
+    rss = results["rss"]
+    assert rss["effects"] >= 200
+    assert _positive(rss["before_kib"]) and _positive(rss["after_kib"])
+    assert set(results["goals"]) == {
+        "new_vs_bare",
+        "replay_vs_bare",
+        "passthrough_vs_bare",
+        "added_p50_ms_c1",
+        "rss_growth_pct",
+    }
+    # The table a person reads names every configuration and every goal.
+    assert "effect-broker, new keys" in completed.stdout
+    assert "added p50 at c=1" in completed.stdout
