@@ -81,6 +81,12 @@ async def _translated() -> AsyncIterator[None]:
         raise StoreError(f"the ledger refused the operation: {exc}") from exc
 
 
+async def _keep_session(conn: asyncpg.Connection) -> None:
+    """Release without asyncpg's reset query (advisory unlock, CLOSE ALL, UNLISTEN,
+    RESET ALL): the store never changes session state, and skipping it saves one round
+    trip per ledger call. asyncpg still rolls back a transaction left open."""
+
+
 async def _init_connection(conn: asyncpg.Connection) -> None:
     await conn.set_type_codec(
         "jsonb", encoder=json.dumps, decoder=json.loads, schema="pg_catalog"
@@ -164,7 +170,11 @@ class Store:
     async def connect(cls, dsn: str, *, min_size: int = 1, max_size: int = 10) -> Store:
         async with _translated():
             pool = await asyncpg.create_pool(
-                dsn, min_size=min_size, max_size=max_size, init=_init_connection
+                dsn,
+                min_size=min_size,
+                max_size=max_size,
+                init=_init_connection,
+                reset=_keep_session,
             )
         return cls(pool)
 
