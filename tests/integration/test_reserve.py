@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
+from datetime import timedelta
 
 import asyncpg
 
 from effect_broker.canonical import downstream_key
 from effect_broker.crypto import Keyring, MasterKey
 from effect_broker.models import EffectStatus, ReceiptSource, ReservationOutcome
-from effect_broker.store import Store
+from effect_broker.store import AttemptTerms, Store
 from tests.integration.ledger import LEASE, reserve
 
 
@@ -92,3 +93,27 @@ async def test_a_fresh_reservation_has_no_receipt_and_holds_a_lease(store: Store
     assert reservation.effect.version == 1
     assert reservation.effect.lease_owner == "proxy-a"
     assert reservation.effect.due_at == reservation.effect.lease_expires_at
+
+
+async def test_a_new_effect_can_be_reserved_and_started_in_one_commit(
+    store: Store,
+) -> None:
+    terms = AttemptTerms(key_retention=timedelta(hours=1))
+
+    outcomes = await asyncio.gather(*(reserve(store, start=terms) for _ in range(50)))
+
+    [created] = [r for r in outcomes if r.outcome is ReservationOutcome.CREATED]
+    effect = created.effect
+    assert effect.status is EffectStatus.DISPATCHING
+    assert (effect.version, effect.attempts) == (2, 1)
+    assert effect.retention_deadline is not None
+    assert effect.first_dispatched_at is not None
+    assert effect.settlement_deadline is None
+    [attempt] = await store.attempts("acme", effect.effect_id)
+    assert attempt.owner == "proxy-a"
+    events = await store.events("acme", effect.effect_id)
+    assert [(e.seq, e.kind, e.to_status) for e in events] == [
+        (1, "reserved", EffectStatus.PREPARED),
+        (2, "dispatch", EffectStatus.DISPATCHING),
+    ]
+    assert await store.verify_events(effect.effect_id) is None

@@ -101,10 +101,21 @@ class Dispatcher:
         effect = await self._store.start_attempt(
             effect,
             owner=self._owner,
-            lease=contract.timeout + self._lease_grace,
+            lease=self.lease_for(contract),
             key_retention=contract.key_retention,
             settlement_bound=contract.settlement_bound,
         )
+        return await self.send_started(effect, contract, request)
+
+    def lease_for(self, contract: Contract) -> timedelta:
+        """How long a dispatch may run before its holder counts as dead."""
+        return contract.timeout + self._lease_grace
+
+    async def send_started(
+        self, effect: Effect, contract: Contract, request: StoredRequest
+    ) -> Dispatched:
+        """Send for an effect this worker already holds in DISPATCHING (its attempt and
+        lease committed), then settle it."""
         failpoints.hit(failpoints.BEFORE_UPSTREAM_SEND)
         attempt = await send(
             self._session,

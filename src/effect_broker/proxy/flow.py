@@ -48,6 +48,7 @@ from effect_broker.proxy.messages import (
 from effect_broker.proxy.problems import effect_headers, problem_response
 from effect_broker.proxy.state import ProxyState
 from effect_broker.proxy.targets import upstream_url
+from effect_broker.store import AttemptTerms
 from effect_broker.tracing import incoming_context, key_digest, tracer
 
 MAX_OPERATION_KEY = 255
@@ -175,8 +176,9 @@ class EffectRequest:
             request_ciphertext=sealed,
             request_preview=self._preview(body),
             owner=self.state.owner,
-            lease=self.contract.timeout + self.state.lease_grace,
+            lease=self.state.dispatcher.lease_for(self.contract),
             effect_id=effect_id,
+            start=self._start_terms(),
         )
         failpoints.hit(failpoints.AFTER_RESERVE)
         return await self._act(reservation, stored)
@@ -247,18 +249,32 @@ class EffectRequest:
                     )
                 effect = probed
             else:
-                return await self._dispatch(effect, stored)
+                started = (
+                    reservation.outcome is Outcome.CREATED
+                    and effect.status is EffectStatus.DISPATCHING
+                )
+                return await self._dispatch(effect, stored, started=started)
             reservation = Reservation(Outcome.REPLAY, effect, None)
 
+    def _start_terms(self) -> AttemptTerms | None:
+        """Reserve and start a new effect in one commit where a resend is safe anyway.
+
+        For an unsafe target the two commits stay apart: if this process dies between
+        them, PREPARED proves nothing was sent, so the retry may still send it.
+        """
+        if self.contract.safety not in (SafetyClass.IDEMPOTENT, SafetyClass.RECONCILABLE):
+            return None
+        return AttemptTerms(self.contract.key_retention, self.contract.settlement_bound)
+
     async def _dispatch(
-        self, effect: Effect, stored: StoredRequest
+        self, effect: Effect, stored: StoredRequest, *, started: bool
     ) -> web.StreamResponse:
         outgoing = outgoing_request(
             self.route, stored, effect.downstream_key, self.state.injected
         )
-        dispatched = await self._fenced(
-            self.state.dispatcher.dispatch(effect, self.contract, outgoing), effect
-        )
+        dispatcher = self.state.dispatcher
+        send = dispatcher.send_started if started else dispatcher.dispatch
+        dispatched = await self._fenced(send(effect, self.contract, outgoing), effect)
         self.upstream_seconds += dispatched.attempt.elapsed
         return await self._answer(dispatched)
 

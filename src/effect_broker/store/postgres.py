@@ -55,6 +55,14 @@ class EffectFilter:
 
 
 @dataclass(frozen=True, slots=True)
+class AttemptTerms:
+    """The deadlines a first dispatch stamps on an effect (see ``Store.reserve``)."""
+
+    key_retention: timedelta | None = None
+    settlement_bound: timedelta | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class EffectPage:
     effects: tuple[Effect, ...]
     next_cursor: tuple[datetime, UUID] | None
@@ -254,11 +262,14 @@ class Store:
         owner: str,
         lease: timedelta,
         effect_id: UUID | None = None,
+        start: AttemptTerms | None = None,
     ) -> Reservation:
         """Record the intent once per (tenant, operation key), bound to its request hash.
 
         ``effect_id`` lets the caller encrypt the request for this effect before the row
-        exists; it is ignored when the key was already reserved.
+        exists; it is ignored when the key was already reserved. With ``start`` a new
+        effect is committed already DISPATCHING, its first attempt recorded and leased
+        to ``owner``, in the same transaction as the reservation.
         """
         async with _translated():
             row = await self._pool.fetchrow(
@@ -276,6 +287,9 @@ class Store:
                 dict(request_preview),
                 owner,
                 lease,
+                start is not None,
+                start.key_retention if start else None,
+                start.settlement_bound if start else None,
             )
         assert row is not None, "reserve_effect always returns one row"
         effect = _effect(row)

@@ -4,9 +4,11 @@
 -- event for that version through append_effect_event, in the same statement.
 
 -- reserve --
--- Insert the effect for (tenant, operation_key) or return the existing one with its receipt.
+-- Insert the effect (started at once when $14) or return the existing one and its receipt.
 SELECT created, (effect).*, receipt
-FROM reserve_effect($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11::jsonb, $12, $13);
+FROM reserve_effect(
+    $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11::jsonb, $12, $13, $14, $15, $16
+);
 
 -- start_attempt --
 -- Move to DISPATCHING, count the attempt, take the lease and stamp deadlines.
