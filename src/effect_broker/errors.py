@@ -8,7 +8,9 @@ the one error they can act on, or ``EffectBrokerError``.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 PROBLEM_TYPE_BASE = "https://effect-broker.dev/problems/"
 
@@ -85,7 +87,7 @@ class RouteRefused(EffectBrokerError):
 
 
 class RouteNotFound(EffectBrokerError):
-    """No route matches this request on the sidecar."""
+    """No route matches this request."""
 
     problem_type = "route-not-found"
     status = 404
@@ -198,3 +200,90 @@ class StoreError(EffectBrokerError):
 
     problem_type = "store-error"
     status = 500
+
+
+# -- the admin API ----------------------------------------------------------------
+
+
+class NoReceipt(EffectBrokerError):
+    """This effect has no receipt yet."""
+
+    problem_type = "no-receipt"
+    status = 404
+
+
+class MethodNotAllowed(EffectBrokerError):
+    """This admin route does not take that method."""
+
+    problem_type = "method-not-allowed"
+    status = 405
+
+
+class Unauthorized(EffectBrokerError):
+    """The admin API needs a valid bearer token."""
+
+    problem_type = "unauthorized"
+    status = 401
+
+
+class AdminTokenNotConfigured(EffectBrokerError):
+    """The admin API is locked: no admin token is configured."""
+
+    problem_type = "admin-token-not-configured"
+    status = 401
+
+
+class DetailedProblem(EffectBrokerError):
+    """An error whose problem document names what was wrong, for clients to branch on."""
+
+    extra: Mapping[str, Any] = {}
+
+
+class InvalidParameter(DetailedProblem):
+    """A query or path parameter is invalid."""
+
+    problem_type = "invalid-parameter"
+    status = 400
+
+    def __init__(self, parameter: str, message: str) -> None:
+        super().__init__(f"parameter {parameter!r} {message}")
+        self.extra = {"parameter": parameter}
+
+
+class InvalidResolution(DetailedProblem):
+    """The resolution request is incomplete or malformed."""
+
+    problem_type = "invalid-resolution"
+    status = 400
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.extra = {"field": field}
+
+
+class RequeueRefused(EffectBrokerError):
+    """This effect's contract does not allow sending it again."""
+
+    problem_type = "requeue-refused"
+    status = 409
+
+
+class AlreadySettled(EffectBrokerError):
+    """The effect is already settled; its receipt is immutable."""
+
+    problem_type = "already-settled"
+    status = 409
+
+
+class NotResolvable(EffectBrokerError):
+    """Only an effect whose outcome is unknown or under review can be resolved."""
+
+    problem_type = "not-resolvable"
+    status = 409
+
+
+class NotReconcilable(EffectBrokerError):
+    """Nothing automatic can settle this effect now."""
+
+    problem_type = "not-reconcilable"
+    status = 409

@@ -22,14 +22,11 @@ from pydantic import SecretStr
 from effect_broker.admin.auth import ADMIN_TOKEN, TENANT, configured_token, require_token
 from effect_broker.admin.openapi import OPENAPI
 from effect_broker.admin.resolve import (
-    InvalidResolution,
     parse_resolution,
     reconcile_now,
     resolve,
 )
 from effect_broker.admin.views import (
-    DetailedProblem,
-    InvalidParameter,
     effect_detail_view,
     effect_view,
     encode_cursor,
@@ -37,7 +34,17 @@ from effect_broker.admin.views import (
     parse_list_query,
     receipt_view,
 )
-from effect_broker.errors import BodyTooLarge, EffectBrokerError, EffectNotFound
+from effect_broker.errors import (
+    BodyTooLarge,
+    DetailedProblem,
+    EffectBrokerError,
+    EffectNotFound,
+    InvalidParameter,
+    InvalidResolution,
+    MethodNotAllowed,
+    NoReceipt,
+    RouteNotFound,
+)
 from effect_broker.history import fold_events
 from effect_broker.models import Effect
 from effect_broker.proxy.messages import decode_response
@@ -45,27 +52,6 @@ from effect_broker.proxy.problems import problem_response
 from effect_broker.proxy.state import PROXY_STATE, ProxyState
 
 log = logging.getLogger("effect_broker.admin")
-
-
-class NoReceipt(EffectBrokerError):
-    """This effect has no receipt yet."""
-
-    problem_type = "no-receipt"
-    status = 404
-
-
-class RouteNotFound(EffectBrokerError):
-    """The admin API has no such route."""
-
-    problem_type = "route-not-found"
-    status = 404
-
-
-class MethodNotAllowed(EffectBrokerError):
-    """This admin route does not take that method."""
-
-    problem_type = "method-not-allowed"
-    status = 405
 
 
 # -- probes and metrics (open) --------------------------------------------------------

@@ -15,7 +15,11 @@ from aiohttp import web
 from aiohttp.typedefs import Handler
 from pydantic import SecretStr
 
-from effect_broker.errors import EffectBrokerError
+from effect_broker.errors import (
+    AdminTokenNotConfigured,
+    EffectBrokerError,
+    Unauthorized,
+)
 from effect_broker.proxy.problems import problem_response
 from effect_broker.proxy.state import PROXY_STATE
 
@@ -24,20 +28,6 @@ REALM = 'Bearer realm="effect-broker-admin"'
 
 TENANT = web.RequestKey("tenant", str)
 ADMIN_TOKEN = web.AppKey("admin_token", str)  # absent: no token configured
-
-
-class Unauthorized(EffectBrokerError):
-    """The admin API needs a valid bearer token."""
-
-    problem_type = "unauthorized"
-    status = 401
-
-
-class AdminTokenNotConfigured(EffectBrokerError):
-    """The admin API is locked: no admin token is configured."""
-
-    problem_type = "admin-token-not-configured"
-    status = 401
 
 
 def configured_token(token: SecretStr | str | None) -> str | None:

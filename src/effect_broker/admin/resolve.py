@@ -15,8 +15,13 @@ from datetime import timedelta
 from enum import StrEnum
 from typing import Any
 
-from effect_broker.admin.views import DetailedProblem
-from effect_broker.errors import EffectBrokerError
+from effect_broker.errors import (
+    AlreadySettled,
+    InvalidResolution,
+    NotReconcilable,
+    NotResolvable,
+    RequeueRefused,
+)
 from effect_broker.models import Effect, EffectStatus, ReceiptSource
 from effect_broker.proxy.messages import StoredResponse, encode_response
 from effect_broker.proxy.state import ProxyState
@@ -33,45 +38,6 @@ class Resolution(StrEnum):
     SUCCEEDED = "succeeded"  # it happened: settle with an operator receipt
     NOT_COMMITTED = "not_committed"  # it did not happen: requeue where resending is safe
     FAILED = "failed"  # give up for good: settle as failed_final
-
-
-class InvalidResolution(DetailedProblem):
-    """The resolution request is incomplete or malformed."""
-
-    problem_type = "invalid-resolution"
-    status = 400
-
-    def __init__(self, field: str, message: str) -> None:
-        super().__init__(f"{field}: {message}")
-        self.extra = {"field": field}
-
-
-class RequeueRefused(EffectBrokerError):
-    """This effect's contract does not allow sending it again."""
-
-    problem_type = "requeue-refused"
-    status = 409
-
-
-class AlreadySettled(EffectBrokerError):
-    """The effect is already settled; its receipt is immutable."""
-
-    problem_type = "already-settled"
-    status = 409
-
-
-class NotResolvable(EffectBrokerError):
-    """Only an effect whose outcome is unknown or under review can be resolved."""
-
-    problem_type = "not-resolvable"
-    status = 409
-
-
-class NotReconcilable(EffectBrokerError):
-    """Nothing automatic can settle this effect now."""
-
-    problem_type = "not-reconcilable"
-    status = 409
 
 
 @dataclass(frozen=True, slots=True)

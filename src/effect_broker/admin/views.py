@@ -18,7 +18,7 @@ from uuid import UUID
 
 from multidict import MultiMapping
 
-from effect_broker.errors import EffectBrokerError
+from effect_broker.errors import InvalidParameter
 from effect_broker.history import HistoryState
 from effect_broker.models import (
     Attempt,
@@ -61,23 +61,6 @@ GUARANTEES: Mapping[SafetyClass, str] = {
         "of the same PostgreSQL, so exactly one committed effect."
     ),
 }
-
-
-class DetailedProblem(EffectBrokerError):
-    """An error whose problem document names what was wrong, for clients to branch on."""
-
-    extra: Mapping[str, Any] = {}
-
-
-class InvalidParameter(DetailedProblem):
-    """A query or path parameter is invalid."""
-
-    problem_type = "invalid-parameter"
-    status = 400
-
-    def __init__(self, parameter: str, message: str) -> None:
-        super().__init__(f"parameter {parameter!r} {message}")
-        self.extra = {"parameter": parameter}
 
 
 @dataclass(frozen=True, slots=True)
