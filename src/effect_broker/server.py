@@ -6,12 +6,14 @@ import asyncio
 import signal
 from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
+from functools import partial
 
 from aiohttp import web
 from pydantic import SecretStr
 
 from effect_broker.admin.app import build_admin_app
 from effect_broker.proxy.app import build_proxy_app
+from effect_broker.proxy.connect import ConnectPolicy, FrontProtocol
 from effect_broker.proxy.state import ProxyState
 
 
@@ -23,19 +25,44 @@ def split_address(address: str) -> tuple[str, int]:
 
 
 async def start_site(
-    stack: AsyncExitStack, app: web.Application, address: str
+    stack: AsyncExitStack,
+    app: web.Application,
+    address: str,
+    *,
+    connect: ConnectPolicy | None = None,
 ) -> tuple[str, int]:
-    """Start ``app`` on ``address``; returns the bound address (port 0 picks one)."""
+    """Start ``app`` on ``address``; returns the bound address (port 0 picks one).
+
+    With ``connect`` each connection first meets the CONNECT front (proxy port only).
+    """
     runner = web.AppRunner(app, access_log=None, handle_signals=False)
     await runner.setup()
     stack.push_async_callback(runner.cleanup)
+    http = runner.server
+    assert http is not None
+    factory: Callable[[], asyncio.Protocol] = (
+        http if connect is None else partial(FrontProtocol, http, connect)
+    )
     host, port = split_address(address)
-    site = web.TCPSite(runner, host, port, reuse_address=True)
-    await site.start()
-    server = site._server
-    sockets = getattr(server, "sockets", None) or []
-    bound = sockets[0].getsockname() if sockets else (host, port)
+    server = await asyncio.get_running_loop().create_server(
+        factory, host, port, reuse_address=True
+    )
+    stack.push_async_callback(_close, server)
+    bound = server.sockets[0].getsockname()
     return str(bound[0]), int(bound[1])
+
+
+async def _close(server: asyncio.Server) -> None:
+    server.close()
+    await server.wait_closed()
+
+
+def connect_policy(state: ProxyState) -> ConnectPolicy:
+    return ConnectPolicy(
+        is_guarded=state.config.table.is_guarded_host,
+        tunnel=state.config.proxy.connect == "tunnel",
+        gateway=state.gateway is not None,
+    )
 
 
 async def serve_until_stopped(
@@ -54,7 +81,10 @@ async def serve_until_stopped(
         loop.add_signal_handler(signum, stop.set)
     async with AsyncExitStack() as stack:
         proxy_address = await start_site(
-            stack, build_proxy_app(state, reconcile=reconcile), listen
+            stack,
+            build_proxy_app(state, reconcile=reconcile),
+            listen,
+            connect=connect_policy(state),
         )
         admin_address = await start_site(
             stack, build_admin_app(state, admin_token=admin_token), admin_listen

@@ -25,10 +25,11 @@ from yarl import URL
 from effect_broker.admin.app import build_admin_app
 from effect_broker.crypto import MasterKey
 from effect_broker.proxy.app import build_proxy_app
+from effect_broker.proxy.connect import ConnectPolicy
 from effect_broker.proxy.state import ProxyState
 from effect_broker.routes_file import parse_routes
 from effect_broker.runtime import open_runtime
-from effect_broker.server import start_site
+from effect_broker.server import connect_policy, start_site
 from effect_broker.settings import Settings
 from tests.support import load_example
 
@@ -105,8 +106,10 @@ class Broker:
         return [dict(row) for row in rows]
 
 
-async def _serve(stack: AsyncExitStack, app: web.Application) -> str:
-    host, port = await start_site(stack, app, "127.0.0.1:0")
+async def _serve(
+    stack: AsyncExitStack, app: web.Application, connect: ConnectPolicy | None = None
+) -> str:
+    host, port = await start_site(stack, app, "127.0.0.1:0", connect=connect)
     return f"http://{host}:{port}"
 
 
@@ -229,7 +232,7 @@ async def running_broker(
             **settings,
         )
         state = await stack.enter_async_context(open_runtime(options, config))
-        proxy_url = await _serve(stack, build_proxy_app(state))
+        proxy_url = await _serve(stack, build_proxy_app(state), connect_policy(state))
         admin_url = await _serve(
             stack, build_admin_app(state, admin_token=options.admin_token)
         )

@@ -74,26 +74,10 @@ async def unmatched(
     return await pass_through(request, state.session)
 
 
-def refuse_connect(request: web.Request, state: ProxyState) -> web.Response:
-    """A CONNECT tunnel hides method, path and body: the ledger cannot see inside it."""
-    host = request.raw_path
-    if state.config.table.is_guarded_host(host):
-        why = (
-            f"{host} has routes that record effects, and a CONNECT tunnel would hide "
-            "them from the ledger. Send plain http:// to this proxy (it forwards to "
-            "the route's https:// upstream) instead of tunnelling"
-        )
-    else:
-        why = "CONNECT tunnels are not supported by this proxy; send plain http://"
-    return problem_response(RouteRefused(why), status=403)
-
-
 @web.middleware
 async def problems_middleware(
     request: web.Request, handler: Handler
 ) -> web.StreamResponse:
-    if request.method == "CONNECT":  # authority-form target: the router cannot match it
-        return refuse_connect(request, request.app[PROXY_STATE])
     try:
         return await handler(request)
     except EffectProblem as problem:

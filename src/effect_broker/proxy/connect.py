@@ -1,0 +1,189 @@
+"""CONNECT, answered before aiohttp sees the connection.
+
+A CONNECT tunnel carries opaque (usually TLS) bytes: the ledger cannot see a method, a
+path or a body inside it. So a host that any route watches is always refused, with an
+explanation; for every other host ``proxy.connect`` decides: ``tunnel`` pipes bytes both
+ways, ``refuse`` answers 403. aiohttp's server cannot hand a connection over to a raw
+pipe, so each new connection first meets ``FrontProtocol``: it looks at the first bytes,
+and anything that is not CONNECT is handed to aiohttp's own protocol unchanged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from effect_broker.errors import PROBLEM_TYPE_BASE, RouteRefused
+
+log = logging.getLogger("effect_broker.connect")
+
+CONNECT = b"CONNECT "
+MAX_HEAD = 16 * 1024
+CONNECT_TIMEOUT = 10.0
+HIGH_WATER = 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class ConnectPolicy:
+    """Which CONNECT targets may be tunnelled; hosts with routes never are."""
+
+    is_guarded: Callable[[str], bool]
+    tunnel: bool
+    gateway: bool = False
+
+    def refusal(self, authority: str) -> str | None:
+        """Why this CONNECT is refused, or None when it may be tunnelled."""
+        if self.is_guarded(authority):
+            return (
+                f"{authority} has routes that record effects, and a CONNECT tunnel would "
+                "hide them from the ledger. Send plain http:// to this proxy (it "
+                "forwards to the route's https:// upstream) instead of tunnelling"
+            )
+        if self.gateway:
+            return "a shared gateway does not tunnel: a tunnel cannot be tied to a tenant"
+        if not self.tunnel:
+            return f"proxy.connect is refuse: this proxy does not tunnel to {authority}"
+        return None
+
+
+def problem_bytes(status: int, reason: str, detail: str) -> bytes:
+    """A complete RFC 9457 answer, for a connection aiohttp never saw."""
+    error = RouteRefused(detail)
+    body = json.dumps(
+        {
+            "type": PROBLEM_TYPE_BASE + error.problem_type,
+            "title": (type(error).__doc__ or "").strip(),
+            "status": status,
+            "detail": detail,
+        }
+    ).encode()
+    head = (
+        f"HTTP/1.1 {status} {reason}\r\nContent-Type: application/problem+json\r\n"
+        f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+    )
+    return head.encode() + body
+
+
+def parse_authority(head: bytes) -> tuple[str, int] | None:
+    """host and port of ``CONNECT host:port HTTP/1.1``, else None."""
+    line = head.split(b"\r\n", 1)[0].decode("latin-1")
+    parts = line.split(" ")
+    if len(parts) != 3 or not parts[2].startswith("HTTP/1."):
+        return None
+    host, sep, port = parts[1].rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        return None
+    return host.strip("[]"), int(port)
+
+
+class FrontProtocol(asyncio.Protocol):
+    """Sees the first bytes of a connection: CONNECT is ours, the rest is aiohttp's."""
+
+    def __init__(
+        self, http_factory: Callable[[], asyncio.Protocol], policy: ConnectPolicy
+    ) -> None:
+        self._http_factory = http_factory
+        self._policy = policy
+        self._buffer = bytearray()
+        self._transport: asyncio.Transport | None = None
+        self._upstream: asyncio.StreamWriter | None = None
+        self._pump: asyncio.Task[None] | None = None
+        self._drain: asyncio.Task[None] | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self._transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        if self._upstream is not None:
+            self._to_upstream(data)
+            return
+        self._buffer += data
+        if not self._buffer.startswith(CONNECT[: len(self._buffer)]):
+            self._hand_to_http()
+        elif len(self._buffer) >= len(CONNECT) and b"\r\n\r\n" in self._buffer:
+            self._connect()
+        elif len(self._buffer) > MAX_HEAD:
+            self._answer_and_close(400, "Bad Request", "the CONNECT head is too large")
+
+    def eof_received(self) -> bool | None:
+        if self._upstream is not None and self._upstream.can_write_eof():
+            self._upstream.write_eof()
+            return True
+        return None
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self._upstream is not None:
+            self._upstream.close()
+        if self._pump is not None:
+            self._pump.cancel()
+
+    def _hand_to_http(self) -> None:
+        assert self._transport is not None
+        protocol = self._http_factory()
+        self._transport.set_protocol(protocol)
+        protocol.connection_made(self._transport)
+        protocol.data_received(bytes(self._buffer))
+
+    def _connect(self) -> None:
+        head, _, rest = bytes(self._buffer).partition(b"\r\n\r\n")
+        target = parse_authority(head)
+        if target is None:
+            self._answer_and_close(400, "Bad Request", "CONNECT needs host:port")
+            return
+        authority = f"{target[0]}:{target[1]}"
+        refusal = self._policy.refusal(authority)
+        if refusal is not None:
+            self._answer_and_close(403, "Forbidden", refusal)
+            return
+        assert self._transport is not None
+        self._transport.pause_reading()
+        self._pump = asyncio.ensure_future(self._tunnel(target, rest))
+
+    async def _tunnel(self, target: tuple[str, int], rest: bytes) -> None:
+        assert self._transport is not None
+        try:
+            reader, writer = await asyncio.wait_for(
+                asyncio.open_connection(*target), CONNECT_TIMEOUT
+            )
+        except (OSError, TimeoutError) as exc:
+            detail = f"could not reach {target[0]}:{target[1]}: {exc}"
+            self._answer_and_close(502, "Bad Gateway", detail)
+            return
+        self._upstream = writer
+        self._transport.write(b"HTTP/1.1 200 Connection Established\r\n\r\n")
+        if rest:
+            self._to_upstream(rest)
+        self._transport.resume_reading()
+        try:
+            while chunk := await reader.read(65536):
+                self._transport.write(chunk)
+        except OSError:
+            pass
+        finally:
+            writer.close()
+            self._transport.close()
+
+    def _to_upstream(self, data: bytes) -> None:
+        assert self._upstream is not None and self._transport is not None
+        self._upstream.write(data)
+        if self._upstream.transport.get_write_buffer_size() > HIGH_WATER:
+            self._transport.pause_reading()
+            self._drain = asyncio.ensure_future(self._resume_after_drain())
+
+    async def _resume_after_drain(self) -> None:
+        assert self._upstream is not None and self._transport is not None
+        try:
+            await self._upstream.drain()
+        except OSError:
+            return
+        if not self._transport.is_closing():
+            self._transport.resume_reading()
+
+    def _answer_and_close(self, status: int, reason: str, detail: str) -> None:
+        assert self._transport is not None
+        self._transport.write(problem_bytes(status, reason, detail))
+        self._transport.close()
