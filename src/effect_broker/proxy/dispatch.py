@@ -232,7 +232,7 @@ class Dispatcher:
             kind="probe",
             actor=self._owner,
             lease_owner=self._owner,
-            lease=contract.timeout + self._lease_grace,
+            lease=self.lease_for(contract),
         )
         result = await run_probe(
             self._session,

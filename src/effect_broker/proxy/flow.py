@@ -229,7 +229,7 @@ class EffectRequest:
                         # Keep it claimed: if this process dies next, the reconciler
                         # still finds it once the lease runs out.
                         lease_owner=self.state.owner,
-                        lease=self.contract.timeout + self.state.lease_grace,
+                        lease=self.state.dispatcher.lease_for(self.contract),
                         settle_within=self.contract.settlement_bound,
                     ),
                     effect,
