@@ -18,6 +18,7 @@ from effect_broker.crypto import Keyring, MasterKey
 from effect_broker.errors import MigrationError
 from effect_broker.metrics import Metrics
 from effect_broker.proxy.dispatch import Dispatcher
+from effect_broker.proxy.receipt_cache import ReceiptCache
 from effect_broker.proxy.state import ProxyState
 from effect_broker.proxy.upstream import client_session
 from effect_broker.routes_file import resolve_inject_headers
@@ -93,6 +94,7 @@ async def open_runtime(
                 max_receipt_bytes=settings.max_receipt_bytes,
                 metrics=metrics,
                 lease_grace=settings.lease_grace,
+                receipts=ReceiptCache(settings.receipt_cache_bytes),
             )
     finally:
         await store.close()

@@ -41,6 +41,11 @@ class Settings(BaseSettings):
         ge=0,
         description="Largest response body kept in a receipt; see README for beyond.",
     )
+    receipt_cache_bytes: int = Field(
+        4 * 1024 * 1024,
+        ge=0,
+        description="Memory for replayed receipts answered without the database.",
+    )
     reconciler: bool = Field(
         True, description="Run the built-in reconciler inside the proxy process."
     )

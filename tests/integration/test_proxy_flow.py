@@ -54,3 +54,28 @@ async def test_fifty_concurrent_duplicates_reach_the_target_once(broker: Broker)
     assert len(broker.charges("order-42")) == 1
     bodies = {answer.body for answer in answers if answer.status == 201}
     assert len(bodies) == 1
+
+
+async def test_a_hot_replay_is_served_from_memory_and_still_checks_the_payload(
+    broker: Broker,
+) -> None:
+    first = await post(broker, FORWARD_URL, key="order-42:charge")
+    await post(broker, FORWARD_URL, key="order-42:charge")  # the first replay fills it
+    assert len(broker.state.receipts) == 1
+
+    # The ledger is no longer asked: a store that fails proves it.
+    async def unreachable(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a cached replay must not reach the ledger")
+
+    broker.state.store.reserve = unreachable  # type: ignore[method-assign]
+    cached = await post(broker, FORWARD_URL, key="order-42:charge")
+    drift = await post(
+        broker, FORWARD_URL, key="order-42:charge", body={**CHARGE, "amount": 1}
+    )
+
+    assert cached.status == first.status == 201
+    assert cached.body == first.body
+    assert cached.headers["Idempotent-Replayed"] == "true"
+    assert cached.headers["Effect-Id"] == first.headers["Effect-Id"]
+    assert drift.status == 422
+    assert len(broker.charges("order-42")) == 1

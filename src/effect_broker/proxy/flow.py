@@ -46,12 +46,17 @@ from effect_broker.proxy.messages import (
     encode_request,
 )
 from effect_broker.proxy.problems import effect_headers, problem_response
+from effect_broker.proxy.receipt_cache import SettledReplay
 from effect_broker.proxy.state import ProxyState
 from effect_broker.proxy.targets import upstream_url
 from effect_broker.store import AttemptTerms
 from effect_broker.tracing import incoming_context, key_digest, tracer
 
 MAX_OPERATION_KEY = 255
+PAYLOAD_MISMATCH = (
+    "this Operation-Key was first used with a different payload; use a new key for a "
+    "new intent, or resend the original payload"
+)
 REPLAYED_HEADER = "Idempotent-Replayed"
 
 
@@ -153,6 +158,9 @@ class EffectRequest:
         )
         body = await read_body(self.request, self.state.max_request_bytes)
         fingerprint = self._fingerprint(body)
+        cached = self.state.receipts.get(self.tenant, key)
+        if cached is not None:
+            return self._answer_from_cache(cached, fingerprint)
         stored = self._stored_request(body)
         effect_id = uuid.uuid4()
         sealed = self.state.keyring.encrypt(
@@ -192,13 +200,7 @@ class EffectRequest:
             verdict = decision.verdict
             if verdict is Verdict.CONFLICT:
                 self.state.metrics.conflicts.labels(self.route.name).inc()
-                raise EffectProblem(
-                    PayloadMismatch(
-                        "this Operation-Key was first used with a different payload; "
-                        "use a new key for a new intent, or resend the original payload"
-                    ),
-                    effect,
-                )
+                raise EffectProblem(PayloadMismatch(PAYLOAD_MISMATCH), effect)
             if verdict is Verdict.REPLAY:
                 self.state.metrics.replays.labels(self.route.name).inc()
                 return await self._replay(reservation)
@@ -347,7 +349,17 @@ class EffectRequest:
             kind="response",
             blob=receipt.response_ciphertext,
         )
-        return stored_response_to_web(decode_response(plaintext), effect, replayed=True)
+        response = decode_response(plaintext)
+        self.state.receipts.put(SettledReplay(effect, response))
+        return stored_response_to_web(response, effect, replayed=True)
+
+    def _answer_from_cache(self, cached: SettledReplay, fingerprint: str) -> web.Response:
+        """The same decision as a ledger round trip would make for a settled effect."""
+        if cached.effect.request_hash != fingerprint:
+            self.state.metrics.conflicts.labels(self.route.name).inc()
+            raise EffectProblem(PayloadMismatch(PAYLOAD_MISMATCH), cached.effect)
+        self.state.metrics.replays.labels(self.route.name).inc()
+        return stored_response_to_web(cached.response, cached.effect, replayed=True)
 
     async def _probe(self, effect: Effect) -> Effect:
         """Reconcilable and unknown: look it up before anything is sent again."""

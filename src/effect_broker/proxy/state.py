@@ -13,6 +13,7 @@ from effect_broker.contracts import RoutesConfig
 from effect_broker.crypto import Keyring
 from effect_broker.metrics import Metrics
 from effect_broker.proxy.dispatch import Dispatcher
+from effect_broker.proxy.receipt_cache import ReceiptCache
 from effect_broker.store import Store
 from effect_broker.tenancy import TenantResolver
 
@@ -32,6 +33,7 @@ class ProxyState:
     max_receipt_bytes: int
     metrics: Metrics
     lease_grace: timedelta
+    receipts: ReceiptCache
 
 
 PROXY_STATE = web.AppKey("proxy_state", ProxyState)

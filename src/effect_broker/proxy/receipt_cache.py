@@ -1,0 +1,59 @@
+"""Settled effects that clients keep retrying, answered without the database.
+
+A settled effect never changes again (its status is terminal and a trigger refuses any
+change to its receipt), so a copy in memory can never go stale. Only effects that were
+actually replayed are kept, so a stream of new effects does not fill memory; the cache
+is bounded by bytes and evicts the least recently used. Other proxy processes keep
+their own; a miss simply goes to the ledger.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass
+
+from effect_broker.models import Effect
+from effect_broker.proxy.messages import StoredResponse
+
+ENTRY_OVERHEAD = 512  # rough bytes per entry beyond headers and body
+
+
+@dataclass(frozen=True, slots=True)
+class SettledReplay:
+    effect: Effect
+    response: StoredResponse
+
+    @property
+    def size(self) -> int:
+        headers = sum(len(name) + len(value) for name, value in self.response.headers)
+        return ENTRY_OVERHEAD + headers + len(self.response.body)
+
+
+class ReceiptCache:
+    def __init__(self, max_bytes: int) -> None:
+        self._max_bytes = max_bytes
+        self._bytes = 0
+        self._entries: OrderedDict[tuple[str, str], SettledReplay] = OrderedDict()
+
+    def get(self, tenant_id: str, operation_key: str) -> SettledReplay | None:
+        key = (tenant_id, operation_key)
+        entry = self._entries.get(key)
+        if entry is not None:
+            self._entries.move_to_end(key)
+        return entry
+
+    def put(self, entry: SettledReplay) -> None:
+        if entry.size > self._max_bytes // 8:
+            return  # one large body must not evict everything else
+        key = (entry.effect.tenant_id, entry.effect.operation_key)
+        previous = self._entries.pop(key, None)
+        if previous is not None:
+            self._bytes -= previous.size
+        self._entries[key] = entry
+        self._bytes += entry.size
+        while self._bytes > self._max_bytes:
+            _, evicted = self._entries.popitem(last=False)
+            self._bytes -= evicted.size
+
+    def __len__(self) -> int:
+        return len(self._entries)
