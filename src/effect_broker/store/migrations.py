@@ -65,7 +65,13 @@ def load_migrations() -> tuple[Migration, ...]:
 
 async def _ensure_bookkeeping(conn: Connection) -> None:
     # Two first-ever runs can race on CREATE TABLE IF NOT EXISTS; the other one won.
-    with suppress(asyncpg.UniqueViolationError, asyncpg.DuplicateTableError):
+    # PostgreSQL 18 reports the loser's clash on the table's row type as
+    # DuplicateObjectError; older servers as a unique violation in pg_type.
+    with suppress(
+        asyncpg.UniqueViolationError,
+        asyncpg.DuplicateTableError,
+        asyncpg.DuplicateObjectError,
+    ):
         await conn.execute(_CREATE_BOOKKEEPING)
 
 
