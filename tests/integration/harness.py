@@ -134,6 +134,13 @@ async def serve_handler(
 # --------------------------------------------------------------------- the client side
 
 
+def address(url: str) -> tuple[str, int]:
+    """host and port of a loopback URL, for raw-socket tests."""
+    parsed = URL(url)
+    assert parsed.host is not None and parsed.port is not None
+    return parsed.host, parsed.port
+
+
 @dataclass(frozen=True)
 class Answer:
     status: int

@@ -12,11 +12,11 @@ from tests.integration.harness import (
     PROBLEMS,
     ROUTES,
     Broker,
+    address,
     ledger_rows,
     running_broker,
     serve_handler,
 )
-from tests.integration.test_proxy_hostile import address
 
 
 async def hello(request: web.Request) -> web.Response:

@@ -24,6 +24,7 @@ from tests.integration.harness import (
     PROBLEM_JSON,
     PROBLEMS,
     Broker,
+    address,
     ledger_rows,
     request,
     running_broker,
@@ -58,12 +59,6 @@ class RawAnswer:
     status: int
     headers: dict[str, str]  # names lower-cased
     body: bytes
-
-
-def address(url: str) -> tuple[str, int]:
-    parsed = URL(url)
-    assert parsed.host is not None and parsed.port is not None
-    return parsed.host, parsed.port
 
 
 async def read_answer(reader: asyncio.StreamReader) -> RawAnswer:
