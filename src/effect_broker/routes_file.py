@@ -41,6 +41,7 @@ from effect_broker.contracts import (
 from effect_broker.durations import parse_duration
 from effect_broker.errors import ConfigError, ConfigIssue
 from effect_broker.models import SafetyClass
+from effect_broker.proxy.headers import HOP_BY_HOP
 from effect_broker.routing import overlap_witness, parse_path_pattern, parse_route_host
 
 SUPPORTED_VERSION = 1
@@ -50,21 +51,8 @@ _TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")  # RFC 9110 token: header an
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 _ENV_REF = re.compile(r"\$\{env:([A-Za-z_][A-Za-z0-9_]*)\}")
 _JSON_POINTER = re.compile(r"(/([^~/]|~[01])*)*")
-_NOT_INJECTABLE = frozenset(
-    {
-        "connection",
-        "content-length",
-        "host",
-        "keep-alive",
-        "proxy-authenticate",
-        "proxy-authorization",
-        "proxy-connection",
-        "te",
-        "trailer",
-        "transfer-encoding",
-        "upgrade",
-    }
-)
+# Headers the proxy or the connection owns: an injected value would be dropped or clash.
+_NOT_INJECTABLE = HOP_BY_HOP | {"content-length", "host"}
 
 # Fields that only one safety class uses, and why that class needs them.
 _CLASS_FIELDS: dict[str, tuple[SafetyClass, str]] = {

@@ -3,25 +3,15 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Annotated
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
+from effect_broker.cli.options import DatabaseUrl, require_database
 from effect_broker.errors import EffectBrokerError
 from effect_broker.store import Store
 from effect_broker.store.migrations import Migration, load_migrations
-
-DatabaseUrl = Annotated[
-    str | None,
-    typer.Option(
-        "--database-url",
-        envvar="EFFECT_BROKER_DATABASE_URL",
-        help="PostgreSQL DSN of the ledger.",
-        show_default=False,
-    ),
-]
 
 
 async def _migrate(database_url: str) -> list[Migration]:
@@ -35,15 +25,9 @@ async def _migrate(database_url: str) -> list[Migration]:
 def migrate(database_url: DatabaseUrl = None) -> None:
     """Apply pending migrations; safe to run again and from several places at once."""
     console = Console()
-    if not database_url:
-        console.print(
-            "[red]error:[/] no database: pass --database-url or set "
-            "EFFECT_BROKER_DATABASE_URL (`effect-broker up` migrates its embedded "
-            "PostgreSQL by itself)"
-        )
-        raise typer.Exit(2)
+    dsn = require_database(database_url, console)
     try:
-        applied = {migration.version for migration in asyncio.run(_migrate(database_url))}
+        applied = {migration.version for migration in asyncio.run(_migrate(dsn))}
     except EffectBrokerError as exc:
         console.print(f"[red]error:[/] {exc.message}")
         raise typer.Exit(1) from exc

@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from rich.console import Console
 
 from effect_broker.settings import Settings
 
@@ -16,7 +17,10 @@ Routes = Annotated[
 DatabaseUrl = Annotated[
     str | None,
     typer.Option(
-        "--database-url", help="PostgreSQL DSN \\[env: EFFECT_BROKER_DATABASE_URL]"
+        "--database-url",
+        envvar="EFFECT_BROKER_DATABASE_URL",
+        help="PostgreSQL DSN of the ledger",
+        show_default=False,
     ),
 ]
 Listen = Annotated[
@@ -42,6 +46,18 @@ Gateway = Annotated[
         show_default=False,
     ),
 ]
+
+
+def require_database(database_url: str | None, console: Console) -> str:
+    """The ledger DSN, or a clear error (exit 2) for commands that need one."""
+    if not database_url:
+        console.print(
+            "[red]error:[/] no database: pass --database-url or set "
+            "EFFECT_BROKER_DATABASE_URL (`effect-broker up` runs its embedded "
+            "PostgreSQL by itself)"
+        )
+        raise typer.Exit(2)
+    return database_url
 
 
 def settings_from(**flags: Any) -> Settings:

@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from effect_broker.cli.migrate import DatabaseUrl
+from effect_broker.cli.options import DatabaseUrl, require_database
 from effect_broker.errors import EffectBrokerError
 from effect_broker.store import Store
 from effect_broker.tenancy import NewApiKey, new_api_key
@@ -33,13 +33,9 @@ def add(
     database_url: DatabaseUrl = None,
 ) -> None:
     """Create TENANT (if new) and print a new API key for it, once."""
-    if not database_url:
-        console.print(
-            "[red]error:[/] pass --database-url or set EFFECT_BROKER_DATABASE_URL"
-        )
-        raise typer.Exit(2)
+    dsn = require_database(database_url, console)
     try:
-        key = asyncio.run(_add(database_url, tenant))
+        key = asyncio.run(_add(dsn, tenant))
     except EffectBrokerError as exc:
         console.print(f"[red]error:[/] {exc.message}")
         raise typer.Exit(1) from exc
