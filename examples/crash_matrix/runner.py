@@ -154,7 +154,7 @@ SERVE = "import typer; from effect_broker.cli.serve import serve; typer.run(serv
 SERVE_SABOTAGED = """
 import secrets
 import typer
-import effect_broker.proxy.dispatch as dispatch
+import effect_broker.engine.dispatch as dispatch
 import effect_broker.proxy.flow as flow
 import effect_broker.reconciler as reconciler
 from effect_broker.cli.serve import serve

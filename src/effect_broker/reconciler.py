@@ -21,11 +21,11 @@ import contextlib
 import logging
 from datetime import UTC, datetime, timedelta
 
-from effect_broker.contracts import Route
+from effect_broker.config.contracts import Route
+from effect_broker.engine.dispatch import Dispatcher, outgoing_request
+from effect_broker.engine.messages import StoredRequest, StoredResponse, decode_request
 from effect_broker.errors import DecryptionError, EffectBrokerError, StaleVersion
 from effect_broker.models import Effect, EffectStatus, ReceiptSource, SafetyClass
-from effect_broker.proxy.dispatch import Dispatcher, outgoing_request
-from effect_broker.proxy.messages import StoredRequest, StoredResponse, decode_request
 from effect_broker.proxy.state import ProxyState
 from effect_broker.runtime import worker_name
 

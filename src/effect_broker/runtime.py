@@ -13,18 +13,18 @@ import uuid
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 
-from effect_broker.contracts import RoutesConfig
+from effect_broker.config.routes_config import RoutesConfig
+from effect_broker.config.routes_file import resolve_inject_headers
+from effect_broker.config.settings import Settings
 from effect_broker.crypto import Keyring, MasterKey
+from effect_broker.engine.dispatch import Dispatcher
+from effect_broker.engine.upstream import client_session
 from effect_broker.errors import MigrationError
 from effect_broker.metrics import Metrics
-from effect_broker.proxy.dispatch import Dispatcher
 from effect_broker.proxy.receipt_cache import ReceiptCache
 from effect_broker.proxy.state import ProxyState
-from effect_broker.proxy.upstream import client_session
-from effect_broker.routes_file import resolve_inject_headers
-from effect_broker.settings import Settings
+from effect_broker.proxy.tenancy import TenantResolver
 from effect_broker.store import Store
-from effect_broker.tenancy import TenantResolver
 from effect_broker.tracing import configure as configure_tracing
 
 

@@ -23,14 +23,14 @@ from aiohttp.typedefs import LooseHeaders
 from yarl import URL
 
 from effect_broker.admin.app import build_admin_app
+from effect_broker.config.routes_file import parse_routes
+from effect_broker.config.settings import Settings
 from effect_broker.crypto import MasterKey
 from effect_broker.proxy.app import build_proxy_app
 from effect_broker.proxy.connect import ConnectPolicy
 from effect_broker.proxy.state import ProxyState
-from effect_broker.routes_file import parse_routes
 from effect_broker.runtime import open_runtime
 from effect_broker.server import connect_policy, start_site
-from effect_broker.settings import Settings
 from tests.support import load_example
 
 payment_target = load_example("payment_target")

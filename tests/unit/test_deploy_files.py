@@ -6,7 +6,7 @@ import re
 
 import yaml
 
-from effect_broker.routes_file import load_routes, parse_routes
+from effect_broker.config.routes_file import load_routes, parse_routes
 from tests.support import ROOT
 
 

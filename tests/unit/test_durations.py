@@ -4,7 +4,7 @@ from datetime import timedelta
 
 import pytest
 
-from effect_broker.durations import format_duration, parse_duration
+from effect_broker.config.durations import format_duration, parse_duration
 
 
 @pytest.mark.parametrize(

@@ -13,11 +13,13 @@ PACKAGE = Path(__file__).parents[2] / "src" / "effect_broker"
 PURE_MODULES = [
     "canonical.py",
     "state_machine.py",
-    "routing.py",
+    "config/routing.py",
+    "config/contracts.py",
+    "config/durations.py",
     "history.py",
-    "durations.py",
-    "contracts.py",
     "crypto.py",
+    "engine/policy.py",
+    "engine/outcomes.py",
 ]
 IO_MODULES = {"asyncpg", "aiohttp", "socket", "subprocess", "requests", "httpx"}
 

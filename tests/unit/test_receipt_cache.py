@@ -6,8 +6,8 @@ import dataclasses
 import uuid
 from datetime import UTC, datetime
 
+from effect_broker.engine.messages import StoredResponse
 from effect_broker.models import Effect, EffectStatus, SafetyClass
-from effect_broker.proxy.messages import StoredResponse
 from effect_broker.proxy.receipt_cache import ENTRY_OVERHEAD, ReceiptCache, SettledReplay
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)

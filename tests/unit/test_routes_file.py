@@ -9,15 +9,15 @@ from pathlib import Path
 
 import pytest
 
-from effect_broker.contracts import RoutesConfig
-from effect_broker.errors import ConfigError, ConfigIssue
-from effect_broker.models import SafetyClass
-from effect_broker.routes_file import (
+from effect_broker.config.routes_config import RoutesConfig
+from effect_broker.config.routes_file import (
     env_references,
     load_routes,
     parse_routes,
     resolve_inject_headers,
 )
+from effect_broker.errors import ConfigError, ConfigIssue
+from effect_broker.models import SafetyClass
 
 ROOT_ROUTES = Path(__file__).resolve().parents[2] / "routes.yaml"
 

@@ -6,9 +6,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from effect_broker.contracts import Contract, ProxyPolicy, Route, RouteMatch, RoutesConfig
-from effect_broker.models import SafetyClass
-from effect_broker.routing import (
+from effect_broker.config.contracts import Contract, Route, RouteMatch
+from effect_broker.config.routes_config import ProxyPolicy, RoutesConfig
+from effect_broker.config.routing import (
     RouteTable,
     is_mutating,
     match_route,
@@ -17,6 +17,7 @@ from effect_broker.routing import (
     parse_path_pattern,
     routes_overlap,
 )
+from effect_broker.models import SafetyClass
 
 CONTRACT = Contract(name="c", version="1", safety=SafetyClass.UNSAFE)
 
@@ -74,12 +75,12 @@ def test_match_table(
     assert (found.name if found else None) == expected
 
 
-def test_match_route_accepts_config_table_or_routes() -> None:
+def test_match_route_accepts_a_table_or_routes() -> None:
     routes = TABLE.routes
     config = RoutesConfig(
         version=1, proxy=ProxyPolicy(), contracts={"c": CONTRACT}, routes=routes
     )
-    for source in (config, TABLE, list(routes)):
+    for source in (config.table, TABLE, list(routes)):
         found = match_route(source, method="POST", host=None, path="/stripe/v1/charges")
         assert found is not None and found.name == "stripe"
     assert config.table.match(method="POST", host=None, path="/nope") is None

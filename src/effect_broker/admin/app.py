@@ -21,11 +21,6 @@ from pydantic import SecretStr
 
 from effect_broker.admin.auth import ADMIN_TOKEN, TENANT, configured_token, require_token
 from effect_broker.admin.openapi import OPENAPI
-from effect_broker.admin.resolve import (
-    parse_resolution,
-    reconcile_now,
-    resolve,
-)
 from effect_broker.admin.views import (
     effect_detail_view,
     effect_view,
@@ -33,6 +28,12 @@ from effect_broker.admin.views import (
     parse_at_sequence,
     parse_list_query,
     receipt_view,
+)
+from effect_broker.engine.messages import decode_response
+from effect_broker.engine.resolution import (
+    parse_resolution,
+    reconcile_now,
+    resolve,
 )
 from effect_broker.errors import (
     BodyTooLarge,
@@ -47,8 +48,7 @@ from effect_broker.errors import (
 )
 from effect_broker.history import fold_events
 from effect_broker.models import Effect
-from effect_broker.proxy.messages import decode_response
-from effect_broker.proxy.problems import problem_response
+from effect_broker.problems import problem_response
 from effect_broker.proxy.state import PROXY_STATE, ProxyState
 
 log = logging.getLogger("effect_broker.admin")

@@ -20,7 +20,7 @@ from effect_broker.errors import (
     EffectBrokerError,
     Unauthorized,
 )
-from effect_broker.proxy.problems import problem_response
+from effect_broker.problems import problem_response
 from effect_broker.proxy.state import PROXY_STATE
 
 PROTECTED_PREFIX = "/v1/"

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from effect_broker.admin.resolve import MAX_EXTERNAL_ID, MAX_REASON, Resolution
 from effect_broker.admin.views import DEFAULT_LIMIT, MAX_LIMIT
+from effect_broker.engine.resolution import MAX_EXTERNAL_ID, MAX_REASON, Resolution
 from effect_broker.errors import PROBLEM_TYPE_BASE
 from effect_broker.models import EffectStatus, ReceiptSource, SafetyClass
 

@@ -18,6 +18,7 @@ from uuid import UUID
 
 from multidict import MultiMapping
 
+from effect_broker.engine.messages import StoredResponse
 from effect_broker.errors import InvalidParameter
 from effect_broker.history import HistoryState
 from effect_broker.models import (
@@ -28,7 +29,6 @@ from effect_broker.models import (
     Receipt,
     SafetyClass,
 )
-from effect_broker.proxy.messages import StoredResponse
 from effect_broker.store import EffectFilter
 
 DEFAULT_LIMIT = 50

@@ -18,11 +18,11 @@ from rich.console import Console
 from rich.table import Table
 
 from effect_broker.cli.options import DatabaseUrl, Routes, settings_from
-from effect_broker.contracts import RoutesConfig
+from effect_broker.config.routes_config import RoutesConfig
+from effect_broker.config.routes_file import load_routes, resolve_inject_headers
+from effect_broker.config.settings import Settings
 from effect_broker.crypto import Keyring, MasterKey
 from effect_broker.errors import EffectBrokerError
-from effect_broker.routes_file import load_routes, resolve_inject_headers
-from effect_broker.settings import Settings
 from effect_broker.store import Store
 
 console = Console(soft_wrap=True, highlight=False)

@@ -8,7 +8,7 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 
-from effect_broker.settings import Settings
+from effect_broker.config.settings import Settings
 
 Routes = Annotated[
     Path | None,

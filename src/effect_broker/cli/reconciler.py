@@ -10,11 +10,11 @@ import typer
 from rich.console import Console
 
 from effect_broker.cli.options import DatabaseUrl, Routes, settings_from
+from effect_broker.config.routes_file import load_routes
+from effect_broker.config.settings import Settings
 from effect_broker.errors import EffectBrokerError
 from effect_broker.reconciler import Reconciler
-from effect_broker.routes_file import load_routes
 from effect_broker.runtime import open_runtime
-from effect_broker.settings import Settings
 
 console = Console(stderr=True, soft_wrap=True, highlight=False)
 

@@ -9,10 +9,10 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from effect_broker.contracts import RoutesConfig
-from effect_broker.durations import format_duration
+from effect_broker.config.durations import format_duration
+from effect_broker.config.routes_config import RoutesConfig
+from effect_broker.config.routes_file import load_routes
 from effect_broker.errors import ConfigError
-from effect_broker.routes_file import load_routes
 
 routes_app = typer.Typer(help="Inspect and validate routes.yaml.", no_args_is_help=True)
 

@@ -17,12 +17,12 @@ from effect_broker.cli.options import (
     Tenant,
     settings_from,
 )
+from effect_broker.config.routes_file import load_routes
+from effect_broker.config.settings import Settings
 from effect_broker.errors import EffectBrokerError
 from effect_broker.failpoints import ARMED
-from effect_broker.routes_file import load_routes
 from effect_broker.runtime import open_runtime
 from effect_broker.server import serve_until_stopped
-from effect_broker.settings import Settings
 
 console = Console(stderr=True, soft_wrap=True)
 

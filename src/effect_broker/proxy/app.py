@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
+from effect_broker.config.routing import is_mutating
 from effect_broker.errors import (
     BodyTooLarge,
     EffectBrokerError,
@@ -21,11 +22,10 @@ from effect_broker.errors import (
     RouteRefused,
     StoreUnavailable,
 )
+from effect_broker.problems import problem_response
 from effect_broker.proxy.flow import EffectProblem, EffectRequest, is_absolute_form
 from effect_broker.proxy.passthrough import pass_through
-from effect_broker.proxy.problems import problem_response
 from effect_broker.proxy.state import PROXY_STATE, ProxyState
-from effect_broker.routing import is_mutating
 
 log = logging.getLogger("effect_broker.proxy")
 

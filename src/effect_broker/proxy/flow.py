@@ -23,7 +23,16 @@ from effect_broker.canonical import (
     downstream_key,
     request_hash,
 )
-from effect_broker.contracts import Contract, Route
+from effect_broker.config.contracts import Contract, Route
+from effect_broker.engine.dispatch import Dispatched, Probed, outgoing_request
+from effect_broker.engine.messages import (
+    StoredRequest,
+    StoredResponse,
+    decode_response,
+    encode_request,
+)
+from effect_broker.engine.policy import Verdict, decide
+from effect_broker.engine.targets import upstream_url
 from effect_broker.errors import (
     BodyTooLarge,
     InFlight,
@@ -34,21 +43,12 @@ from effect_broker.errors import (
     StaleVersion,
     UpstreamUnreachable,
 )
+from effect_broker.headers import upstream_request_headers
 from effect_broker.models import Effect, EffectStatus, Reservation, SafetyClass
 from effect_broker.models import ReservationOutcome as Outcome
-from effect_broker.proxy.decide import Verdict, decide
-from effect_broker.proxy.dispatch import Dispatched, Probed, outgoing_request
-from effect_broker.proxy.headers import upstream_request_headers
-from effect_broker.proxy.messages import (
-    StoredRequest,
-    StoredResponse,
-    decode_response,
-    encode_request,
-)
-from effect_broker.proxy.problems import effect_headers, problem_response
+from effect_broker.problems import effect_headers, problem_response
 from effect_broker.proxy.receipt_cache import SettledReplay
 from effect_broker.proxy.state import ProxyState
-from effect_broker.proxy.targets import upstream_url
 from effect_broker.store import AttemptTerms
 from effect_broker.tracing import incoming_context, key_digest, tracer
 

@@ -7,8 +7,8 @@ from aiohttp import web
 from yarl import URL
 
 from effect_broker.errors import UpstreamUnreachable
-from effect_broker.proxy.headers import passthrough_request_headers, response_headers
-from effect_broker.proxy.problems import problem_response
+from effect_broker.headers import passthrough_request_headers, response_headers
+from effect_broker.problems import problem_response
 
 
 async def pass_through(

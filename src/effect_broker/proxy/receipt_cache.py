@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections import OrderedDict
 from dataclasses import dataclass
 
+from effect_broker.engine.messages import StoredResponse
 from effect_broker.models import Effect
-from effect_broker.proxy.messages import StoredResponse
 
 ENTRY_OVERHEAD = 512  # rough bytes per entry beyond headers and body
 

@@ -9,13 +9,13 @@ from datetime import timedelta
 import aiohttp
 from aiohttp import web
 
-from effect_broker.contracts import RoutesConfig
+from effect_broker.config.routes_config import RoutesConfig
 from effect_broker.crypto import Keyring
+from effect_broker.engine.dispatch import Dispatcher
 from effect_broker.metrics import Metrics
-from effect_broker.proxy.dispatch import Dispatcher
 from effect_broker.proxy.receipt_cache import ReceiptCache
+from effect_broker.proxy.tenancy import TenantResolver
 from effect_broker.store import Store
-from effect_broker.tenancy import TenantResolver
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from yarl import URL
 
-from effect_broker.contracts import Route
+from effect_broker.config.contracts import Route
 
 
 def upstream_url(

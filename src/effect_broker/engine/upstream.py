@@ -19,8 +19,8 @@ from enum import StrEnum
 import aiohttp
 from yarl import URL
 
-from effect_broker.proxy.headers import Headers, response_headers
-from effect_broker.proxy.messages import StoredResponse
+from effect_broker.engine.messages import StoredResponse
+from effect_broker.headers import Headers, response_headers
 
 
 class Delivery(StrEnum):

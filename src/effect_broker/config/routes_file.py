@@ -24,7 +24,7 @@ from urllib.parse import urlsplit
 import yaml
 from yaml.constructor import SafeConstructor
 
-from effect_broker.contracts import (
+from effect_broker.config.contracts import (
     DEFAULT_OPERATION_KEY_HEADER,
     DEFAULT_RETRY_LIMIT,
     DEFAULT_TIMEOUT,
@@ -32,17 +32,20 @@ from effect_broker.contracts import (
     ConnectPolicy,
     Contract,
     Probe,
-    ProxyPolicy,
     Route,
     RouteMatch,
-    RoutesConfig,
     UnmatchedPolicy,
 )
-from effect_broker.durations import parse_duration
+from effect_broker.config.durations import parse_duration
+from effect_broker.config.routes_config import ProxyPolicy, RoutesConfig
+from effect_broker.config.routing import (
+    overlap_witness,
+    parse_path_pattern,
+    parse_route_host,
+)
 from effect_broker.errors import ConfigError, ConfigIssue
+from effect_broker.headers import HOP_BY_HOP
 from effect_broker.models import SafetyClass
-from effect_broker.proxy.headers import HOP_BY_HOP
-from effect_broker.routing import overlap_witness, parse_path_pattern, parse_route_host
 
 SUPPORTED_VERSION = 1
 FILE_FIELD = "(file)"

@@ -2,8 +2,8 @@
 
 The proxy pins a contract name and version into every effect it records, so these objects
 must not change under it: every class is a frozen, slotted dataclass and every collection
-is a tuple, a frozenset or a read-only mapping. Only ``effect_broker.routes_file`` builds
-them from a file; it has already refused anything inconsistent, so consumers can trust
+is a tuple, a frozenset or a read-only mapping. Only ``config.routes_file`` builds them
+from a file; it has already refused anything inconsistent, so consumers can trust
 the invariants noted on each class without re-checking them.
 """
 
@@ -13,13 +13,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Literal, TypeVar
+from typing import Literal, TypeVar
 from urllib.parse import quote
 
 from effect_broker.models import SafetyClass
-
-if TYPE_CHECKING:
-    from effect_broker.routing import RouteTable
 
 DOWNSTREAM_KEY_PLACEHOLDER = "{downstream_key}"
 DEFAULT_OPERATION_KEY_HEADER = "Operation-Key"
@@ -33,7 +30,7 @@ K = TypeVar("K")
 V = TypeVar("V")
 
 
-def _frozen_mapping(value: Mapping[K, V]) -> Mapping[K, V]:
+def frozen_mapping(value: Mapping[K, V]) -> Mapping[K, V]:
     return value if isinstance(value, MappingProxyType) else MappingProxyType(dict(value))
 
 
@@ -94,7 +91,7 @@ class Contract:
 
 @dataclass(frozen=True, slots=True)
 class RouteMatch:
-    """Which requests a route owns; see ``effect_broker.routing`` for the exact rules.
+    """Which requests a route owns; see ``config.routing`` for the exact rules.
 
     ``methods`` are upper case; ``host`` is normalized (lower case, no default port) and
     None means reverse mode (a path on the sidecar itself), not "any host".
@@ -126,36 +123,8 @@ class Route:
     line: int | None = None
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "inject_headers", _frozen_mapping(self.inject_headers))
+        object.__setattr__(self, "inject_headers", frozen_mapping(self.inject_headers))
 
     @property
     def mode(self) -> Literal["forward", "reverse"]:
         return "reverse" if self.match.host is None else "forward"
-
-
-@dataclass(frozen=True, slots=True)
-class ProxyPolicy:
-    """Proxy-wide behaviour for what no route claims."""
-
-    operation_key_header: str = DEFAULT_OPERATION_KEY_HEADER
-    unmatched: UnmatchedPolicy = "pass"
-    connect: ConnectPolicy = "tunnel"
-
-
-@dataclass(frozen=True, slots=True)
-class RoutesConfig:
-    """A whole validated routes file; ``table`` is the match index, built once here."""
-
-    version: int
-    proxy: ProxyPolicy
-    contracts: Mapping[str, Contract]
-    routes: tuple[Route, ...]
-    source: str = "<config>"
-    table: RouteTable = field(init=False, repr=False, compare=False)
-
-    def __post_init__(self) -> None:
-        from effect_broker.routing import RouteTable  # routing imports this module
-
-        object.__setattr__(self, "contracts", _frozen_mapping(self.contracts))
-        object.__setattr__(self, "routes", tuple(self.routes))
-        object.__setattr__(self, "table", RouteTable(self.routes))

@@ -15,10 +15,10 @@ from typing import Any
 
 import aiohttp
 
-from effect_broker.contracts import Probe
-from effect_broker.proxy.headers import Headers
-from effect_broker.proxy.messages import StoredResponse
-from effect_broker.proxy.upstream import Delivery, send
+from effect_broker.config.contracts import Probe
+from effect_broker.engine.messages import StoredResponse
+from effect_broker.engine.upstream import Delivery, send
+from effect_broker.headers import Headers
 
 
 class ProbeVerdict(StrEnum):

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
 
-from effect_broker.contracts import Contract
+from effect_broker.config.contracts import Contract
 from effect_broker.models import Effect, EffectStatus, Reservation, ReservationOutcome
 from effect_broker.models import SafetyClass as Safety
 

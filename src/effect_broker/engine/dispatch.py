@@ -15,20 +15,20 @@ from datetime import timedelta
 import aiohttp
 
 from effect_broker import failpoints
-from effect_broker.contracts import Contract, Route
+from effect_broker.config.contracts import Contract, Route
 from effect_broker.crypto import Keyring
-from effect_broker.metrics import Metrics
-from effect_broker.models import Effect, EffectStatus, ReceiptSource
-from effect_broker.proxy.headers import upstream_request_headers
-from effect_broker.proxy.messages import StoredRequest, StoredResponse, encode_response
-from effect_broker.proxy.outcomes import (
+from effect_broker.engine.messages import StoredRequest, StoredResponse, encode_response
+from effect_broker.engine.outcomes import (
     backoff,
     next_look_when_unknown,
     status_after_answer,
 )
-from effect_broker.proxy.probe import ProbeVerdict, run_probe
-from effect_broker.proxy.targets import base_url
-from effect_broker.proxy.upstream import AttemptResult, Delivery, send
+from effect_broker.engine.probe import ProbeVerdict, run_probe
+from effect_broker.engine.targets import base_url
+from effect_broker.engine.upstream import AttemptResult, Delivery, send
+from effect_broker.headers import upstream_request_headers
+from effect_broker.metrics import Metrics
+from effect_broker.models import Effect, EffectStatus, ReceiptSource
 from effect_broker.store import Store
 from effect_broker.tracing import with_current_context
 

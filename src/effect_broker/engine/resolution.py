@@ -15,6 +15,7 @@ from datetime import timedelta
 from enum import StrEnum
 from typing import Any
 
+from effect_broker.engine.messages import StoredResponse, encode_response
 from effect_broker.errors import (
     AlreadySettled,
     InvalidResolution,
@@ -23,7 +24,6 @@ from effect_broker.errors import (
     RequeueRefused,
 )
 from effect_broker.models import Effect, EffectStatus, ReceiptSource
-from effect_broker.proxy.messages import StoredResponse, encode_response
 from effect_broker.proxy.state import ProxyState
 from effect_broker.state_machine import TERMINAL, check_transition, is_allowed
 

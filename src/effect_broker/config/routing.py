@@ -25,7 +25,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-from effect_broker.contracts import Route, RouteMatch, RoutesConfig
+from effect_broker.config.contracts import Route, RouteMatch
 
 Pattern = tuple[str | None, ...]  # a literal segment, or None for a {placeholder}
 
@@ -168,19 +168,14 @@ class RouteTable:
 
 
 def match_route(
-    source: RoutesConfig | RouteTable | Iterable[Route],
+    source: RouteTable | Iterable[Route],
     *,
     method: str,
     host: str | None,
     path: str,
 ) -> Route | None:
     """The route owning this request, or None; ``host`` is None for reverse mode."""
-    if isinstance(source, RoutesConfig):
-        table = source.table
-    elif isinstance(source, RouteTable):
-        table = source
-    else:
-        table = RouteTable(source)
+    table = source if isinstance(source, RouteTable) else RouteTable(source)
     return table.match(method=method, host=host, path=path)
 
 

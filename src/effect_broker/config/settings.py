@@ -8,7 +8,7 @@ from pathlib import Path
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from effect_broker.durations import parse_duration
+from effect_broker.config.durations import parse_duration
 
 
 class Settings(BaseSettings):
