@@ -149,20 +149,17 @@ FENCED_METRIC = re.compile(r"^effect_broker_fenced_writes_total (\S+)$", re.MULT
 #: does not depend on every other command group of the CLI importing cleanly.
 SERVE = "import typer; from effect_broker.cli.serve import serve; typer.run(serve)"
 #: The same, with every dispatch given a random downstream key instead of the stable
-#: derived one. flow.py and reconciler.py import ``outgoing_request`` by name, so it is
-#: replaced in all three namespaces before the server starts.
+#: derived one. The engine is the only caller of ``outgoing_request``; it imports it by
+#: name, so the name is replaced there before the server starts.
 SERVE_SABOTAGED = """
 import secrets
 import typer
-import effect_broker.engine.dispatch as dispatch
-import effect_broker.proxy.flow as flow
-import effect_broker.reconciler as reconciler
+import effect_broker.engine.engine as engine
 from effect_broker.cli.serve import serve
-original = dispatch.outgoing_request
+original = engine.outgoing_request
 def fresh_key(route, stored, downstream_key, injected):
     return original(route, stored, secrets.token_urlsafe(32), injected)
-for module in (dispatch, flow, reconciler):
-    module.outgoing_request = fresh_key
+engine.outgoing_request = fresh_key
 typer.run(serve)
 """
 

@@ -8,8 +8,6 @@ that is not set. Each is a clear error before the first request, never a surpris
 from __future__ import annotations
 
 import os
-import socket
-import uuid
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 
@@ -17,7 +15,8 @@ from effect_broker.config.routes_config import RoutesConfig
 from effect_broker.config.routes_file import resolve_inject_headers
 from effect_broker.config.settings import Settings
 from effect_broker.crypto import Keyring, MasterKey
-from effect_broker.engine.dispatch import Dispatcher
+from effect_broker.engine.engine import Engine, Wiring
+from effect_broker.engine.owners import worker_name
 from effect_broker.engine.upstream import client_session
 from effect_broker.errors import MigrationError
 from effect_broker.metrics import Metrics
@@ -26,11 +25,6 @@ from effect_broker.proxy.state import ProxyState
 from effect_broker.proxy.tenancy import TenantResolver
 from effect_broker.store import Store
 from effect_broker.tracing import configure as configure_tracing
-
-
-def worker_name(role: str) -> str:
-    """Who holds a lease, readable in events: role, host, pid and a random suffix."""
-    return f"{role}@{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
 
 
 @asynccontextmanager
@@ -68,7 +62,6 @@ async def open_runtime(
             )
         keyring = Keyring(master)
         await store.check_master_key(keyring.key_id)
-        owner = worker_name(role)
         metrics = Metrics()
         store.on_fenced = metrics.fenced.inc
         async with client_session() as session:
@@ -77,23 +70,23 @@ async def open_runtime(
                 store=store,
                 keyring=keyring,
                 session=session,
-                dispatcher=Dispatcher(
-                    store=store,
-                    keyring=keyring,
-                    session=session,
-                    owner=owner,
-                    max_receipt_bytes=settings.max_receipt_bytes,
-                    metrics=metrics,
-                    lease_grace=settings.lease_grace,
+                engine=Engine(
+                    Wiring(
+                        config=config,
+                        store=store,
+                        keyring=keyring,
+                        session=session,
+                        injected=injected,
+                        max_receipt_bytes=settings.max_receipt_bytes,
+                        metrics=metrics,
+                        lease_grace=settings.lease_grace,
+                    ),
+                    owner=worker_name(role),
                 ),
                 tenant=settings.tenant,
                 gateway=TenantResolver(store) if settings.gateway else None,
-                owner=owner,
-                injected=injected,
                 max_request_bytes=settings.max_request_bytes,
-                max_receipt_bytes=settings.max_receipt_bytes,
                 metrics=metrics,
-                lease_grace=settings.lease_grace,
                 receipts=ReceiptCache(settings.receipt_cache_bytes),
             )
     finally:

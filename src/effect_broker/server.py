@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import signal
-from collections.abc import Awaitable, Callable
-from contextlib import AsyncExitStack
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AsyncExitStack, asynccontextmanager
 from functools import partial
 
 from aiohttp import web
@@ -15,6 +15,7 @@ from effect_broker.admin.app import build_admin_app
 from effect_broker.proxy.app import build_proxy_app
 from effect_broker.proxy.connect import ConnectPolicy, FrontProtocol
 from effect_broker.proxy.state import ProxyState
+from effect_broker.reconciler import Reconciler
 
 
 def split_address(address: str) -> tuple[str, int]:
@@ -65,6 +66,18 @@ def connect_policy(state: ProxyState) -> ConnectPolicy:
     )
 
 
+@asynccontextmanager
+async def reconciling(state: ProxyState) -> AsyncIterator[None]:
+    """The built-in reconciler runs beside the proxy and stops cleanly with it."""
+    stop = asyncio.Event()
+    task = asyncio.create_task(Reconciler(state.engine).run(stop))
+    try:
+        yield
+    finally:
+        stop.set()
+        await task
+
+
 async def serve_until_stopped(
     state: ProxyState,
     *,
@@ -81,11 +94,10 @@ async def serve_until_stopped(
         loop.add_signal_handler(signum, stop.set)
     async with AsyncExitStack() as stack:
         proxy_address = await start_site(
-            stack,
-            build_proxy_app(state, reconcile=reconcile),
-            listen,
-            connect=connect_policy(state),
+            stack, build_proxy_app(state), listen, connect=connect_policy(state)
         )
+        if reconcile:
+            await stack.enter_async_context(reconciling(state))
         admin_address = await start_site(
             stack, build_admin_app(state, admin_token=admin_token), admin_listen
         )

@@ -64,7 +64,7 @@ async def test_idempotent_unknown_is_redispatched_with_the_same_key(
 ) -> None:
     async with running_broker(database_url, tmp_path, timeout="500ms") as broker:
         await lose_the_answer(broker, "idempotent")
-        reconciler = Reconciler(broker.state)
+        reconciler = Reconciler(broker.state.engine)
         await broker.state.store.reschedule(
             await only_effect(broker), delay=timedelta(0), actor="test"
         )
@@ -83,7 +83,7 @@ async def test_reconcilable_unknown_is_settled_by_the_probe_without_a_resend(
         database_url, tmp_path, timeout="500ms", settlement_bound="200ms"
     ) as broker:
         await lose_the_answer(broker, "reconcilable")
-        reconciler = Reconciler(broker.state)
+        reconciler = Reconciler(broker.state.engine)
 
         await settle_until(broker, reconciler, EffectStatus.SUCCEEDED)
 
@@ -111,7 +111,7 @@ async def test_a_probe_before_the_settlement_bound_causes_no_redispatch(
         effect = await only_effect(broker)
         await broker.state.store.reschedule(effect, delay=timedelta(0), actor="test")
 
-        assert await Reconciler(broker.state).run_once() == 1
+        assert await Reconciler(broker.state.engine).run_once() == 1
 
         after = await only_effect(broker)
         assert after.status is EffectStatus.OUTCOME_UNKNOWN
@@ -134,7 +134,7 @@ async def test_an_expired_retention_goes_to_manual_review_not_a_resend(
         finally:
             await conn.close()
 
-        assert await Reconciler(broker.state).run_once() == 1
+        assert await Reconciler(broker.state.engine).run_once() == 1
 
         effect = await only_effect(broker)
         assert effect.status is EffectStatus.MANUAL_REVIEW
@@ -152,8 +152,8 @@ async def test_unsafe_unknown_stays_unknown_and_is_never_resent(
         assert effect.due_at is None  # nothing is due: only a person can settle it
         await broker.state.store.reschedule(effect, delay=timedelta(0), actor="test")
 
-        assert await Reconciler(broker.state).run_once() == 1
-        assert await Reconciler(broker.state).run_once() == 0
+        assert await Reconciler(broker.state.engine).run_once() == 1
+        assert await Reconciler(broker.state.engine).run_once() == 0
 
         after = await only_effect(broker)
         assert after.status is EffectStatus.OUTCOME_UNKNOWN
@@ -188,7 +188,7 @@ async def test_a_dead_dispatch_becomes_unknown_once_its_lease_expires(
             reservation.effect, owner="dead-proxy", lease=timedelta(0)
         )
 
-        assert await Reconciler(broker.state).run_once() == 1
+        assert await Reconciler(broker.state.engine).run_once() == 1
 
         after = await only_effect(broker)
         assert after.status is EffectStatus.OUTCOME_UNKNOWN
@@ -214,7 +214,7 @@ async def test_two_reconcilers_never_work_on_one_effect_at_once(
             await conn.execute("UPDATE effects SET due_at = now()")
         finally:
             await conn.close()
-        first, second = Reconciler(broker.state), Reconciler(broker.state)
+        first, second = Reconciler(broker.state.engine), Reconciler(broker.state.engine)
 
         counts = await asyncio.gather(first.run_once(), second.run_once())
 

@@ -30,11 +30,7 @@ from effect_broker.admin.views import (
     receipt_view,
 )
 from effect_broker.engine.messages import decode_response
-from effect_broker.engine.resolution import (
-    parse_resolution,
-    reconcile_now,
-    resolve,
-)
+from effect_broker.engine.resolution import parse_resolution
 from effect_broker.errors import (
     BodyTooLarge,
     DetailedProblem,
@@ -197,7 +193,8 @@ async def get_receipt(request: web.Request) -> web.Response:
 
 async def post_reconcile(request: web.Request) -> web.Response:
     effect = await _load(request)
-    updated = await reconcile_now(request.app[PROXY_STATE], effect, actor=_actor(request))
+    engine = request.app[PROXY_STATE].engine
+    updated = await engine.reconcile_now(effect, actor=_actor(request))
     return web.json_response(effect_view(updated), status=202)
 
 
@@ -208,9 +205,8 @@ async def post_resolve(request: web.Request) -> web.Response:
         raise InvalidResolution("body", "is not valid JSON") from None
     resolution = parse_resolution(body)
     effect = await _load(request)
-    updated = await resolve(
-        request.app[PROXY_STATE], effect, resolution, actor=_actor(request)
-    )
+    engine = request.app[PROXY_STATE].engine
+    updated = await engine.resolve(effect, resolution, actor=_actor(request))
     return web.json_response(effect_view(updated))
 
 

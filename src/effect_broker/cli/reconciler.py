@@ -26,7 +26,7 @@ async def run_reconciler(settings: Settings) -> None:
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(signum, stop.set)
-        reconciler = Reconciler(state)
+        reconciler = Reconciler(state.engine)
         console.print(
             f"reconciler {reconciler.owner} running against {len(config.routes)} routes "
             "from " + str(settings.routes) + "; Ctrl-C stops it"

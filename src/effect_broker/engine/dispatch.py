@@ -1,8 +1,9 @@
-"""One dispatch of a recorded effect, from lease to settled ledger row.
+"""One dispatch or lookup of a recorded effect, and the receipt it leaves.
 
-Used by the request path and by the reconciler's redispatch alike, so both follow the
-same order: commit DISPATCHING and the attempt before any byte leaves, send once, then
-write what the answer proves. Every write is fenced by the effect's version.
+The engine's hands: it commits DISPATCHING and the attempt before any byte leaves, sends
+once, then writes what the answer proves; it probes a reconcilable target and writes what
+the lookup proves; it seals and stores every receipt (target, lookup, operator, or the
+proxy giving up). Every write is fenced by the effect's version.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import random
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import Any
 
 import aiohttp
 
@@ -29,6 +31,7 @@ from effect_broker.engine.upstream import AttemptResult, Delivery, send
 from effect_broker.headers import upstream_request_headers
 from effect_broker.metrics import Metrics
 from effect_broker.models import Effect, EffectStatus, ReceiptSource
+from effect_broker.state_machine import TERMINAL
 from effect_broker.store import Store
 from effect_broker.tracing import with_current_context
 
@@ -90,22 +93,18 @@ class Dispatcher:
         self.metrics = metrics
         self._rng = random.Random()
 
-    async def dispatch(
-        self, effect: Effect, contract: Contract, request: StoredRequest
-    ) -> Dispatched:
-        """Send ``request`` (final headers included) once for ``effect``.
+    async def start(self, effect: Effect, contract: Contract) -> Effect:
+        """Commit DISPATCHING, the attempt and the lease: only then may bytes leave.
 
-        Raises ``StaleVersion`` when another worker moved the effect first: then this
-        one sent nothing, or its late answer is not the ledger's to record.
+        Raises ``StaleVersion`` when another worker moved the effect first.
         """
-        effect = await self._store.start_attempt(
+        return await self._store.start_attempt(
             effect,
             owner=self._owner,
             lease=self.lease_for(contract),
             key_retention=contract.key_retention,
             settlement_bound=contract.settlement_bound,
         )
-        return await self.send_started(effect, contract, request)
 
     def lease_for(self, contract: Contract) -> timedelta:
         """How long a dispatch may run before its holder counts as dead."""
@@ -133,7 +132,8 @@ class Dispatcher:
         except BaseException:
             attempt.release()
             raise
-        self.metrics.effects.labels(settled.route, settled.status.value).inc()
+        if settled.status not in TERMINAL:
+            self.metrics.effects.labels(settled.route, settled.status.value).inc()
         return Dispatched(settled, attempt)
 
     async def _settle(
@@ -182,7 +182,11 @@ class Dispatcher:
         *,
         source: ReceiptSource = ReceiptSource.RESPONSE,
         external_id: str | None = None,
+        actor: str | None = None,
+        kind: str = "settled",
+        details: Mapping[str, Any] | None = None,
     ) -> Effect:
+        """Seal ``response`` for this effect and settle it with it, in one commit."""
         overflow = attempt is not None and attempt.overflow is not None
         kept = (
             StoredResponse(
@@ -206,11 +210,13 @@ class Dispatcher:
             status_code=response.status,
             response_ciphertext=sealed,
             source=source,
-            actor=self._owner,
+            actor=actor or self._owner,
             external_id=external_id,
-            details={"body_omitted": True} if overflow else None,
+            kind=kind,
+            details={**(details or {}), **({"body_omitted": True} if overflow else {})},
         )
         failpoints.hit(failpoints.AFTER_RECEIPT_COMMIT)
+        self.metrics.effects.labels(settled.route, settled.status.value).inc()
         return settled
 
     async def probe(
@@ -266,6 +272,19 @@ class Dispatcher:
                 error=result.detail,
             )
         return Probed(effect, result.verdict, result.elapsed)
+
+    async def give_up(self, effect: Effect) -> Effect:
+        """Out of attempts, each of which provably sent nothing: final, and said so."""
+        body = (
+            b'{"error": "effect-broker gave up: the target could not be reached on any '
+            b'attempt, so nothing was sent"}'
+        )
+        response = StoredResponse(
+            502, "Bad Gateway", [("Content-Type", "application/json")], body
+        )
+        return await self.record_receipt(
+            effect, EffectStatus.FAILED_FINAL, response, source=ReceiptSource.PROXY
+        )
 
     async def _mark_unknown(self, effect: Effect, contract: Contract, why: str) -> Effect:
         return await self._store.transition(

@@ -1,8 +1,19 @@
-"""What to do with a reserved effect: the proxy's one decision, as a pure function.
+"""What happens next to an effect: the engine's one policy, as a pure function.
 
-Given the ledger row the reservation returned, the route's contract and the time, it
-says whether to forward, replay, join, refuse or probe. Nothing here touches a socket or
-the database, so every branch is table-tested; the flow module carries the verdict out.
+Given the persisted effect, its pinned contract and the clock, ``decide`` says whether to
+send, replay, wait, look the effect up, or stop and leave it to a person. The request
+path (a client retrying with the same key) and the reconciler (a claimed, overdue
+effect) ask this same function, so a client retry can never do what the reconciler
+would refuse, nor the other way round.
+
+The two callers differ in exactly one fact, passed as ``owned``: whether the caller owns
+the effect's current version (the reconciler claimed it, or the caller made the last
+write itself). An owner knows that a live lease on the row is its own; anyone else must
+treat a live lease as another worker in flight. What each caller does with a "wait"
+verdict differs too, but that is carrying the verdict out, not deciding it: the
+reconciler reschedules the effect, the request path tells the client when to come back.
+
+Nothing here touches a socket or the database, so every branch is table-tested.
 """
 
 from __future__ import annotations
@@ -12,7 +23,7 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 
 from effect_broker.config.contracts import Contract
-from effect_broker.models import Effect, EffectStatus, Reservation, ReservationOutcome
+from effect_broker.models import Effect, EffectStatus
 from effect_broker.models import SafetyClass as Safety
 
 DEFAULT_RETRY_AFTER = timedelta(seconds=1)
@@ -21,16 +32,13 @@ DEFAULT_RETRY_AFTER = timedelta(seconds=1)
 class Verdict(StrEnum):
     DISPATCH = "dispatch"  # nothing left yet, or sending again is provably safe
     REPLAY = "replay"  # settled: give back the stored receipt
-    CONFLICT = "conflict"  # the key was bound to another payload: 422
-    IN_FLIGHT = "in_flight"  # someone holds a live lease on it: 409 + Retry-After
-    EXPIRE_LEASE = (
-        "expire_lease"  # its holder died mid-flight: mark unknown, decide again
-    )
+    IN_FLIGHT = "in_flight"  # another worker holds a live lease on it
+    EXPIRE_LEASE = "expire_lease"  # its holder died mid-flight: mark unknown, go on
     PROBE = "probe"  # reconcilable and unknown: ask the target before anything else
-    WAIT_SETTLEMENT = (
-        "wait_settlement"  # unknown, but a negative probe proves nothing yet
-    )
-    UNKNOWN = "unknown"  # the target cannot prove what happened: never forward
+    WAIT_SETTLEMENT = "wait_settlement"  # a negative lookup proves nothing yet
+    REVIEW = "review"  # nothing automatic may settle it any more: hand it to a person
+    GIVE_UP = "give_up"  # every attempt provably sent nothing and the limit is spent
+    AWAIT_OPERATOR = "await_operator"  # unknown, and only a person can settle it
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,24 +48,16 @@ class Decision:
     retry_after: timedelta | None = None
 
 
-def _lease_live(effect: Effect, now: datetime) -> bool:
-    return effect.lease_expires_at is not None and effect.lease_expires_at > now
-
-
 def _until(deadline: datetime | None, now: datetime) -> timedelta:
     if deadline is None or deadline <= now:
         return DEFAULT_RETRY_AFTER
     return deadline - now
 
 
-def decide(reservation: Reservation, contract: Contract, now: datetime) -> Decision:
-    """The verdict for one request whose key was just reserved (or found reserved)."""
-    effect = reservation.effect
-    if reservation.outcome is ReservationOutcome.CONFLICT:
-        return Decision(Verdict.CONFLICT, "the operation key is bound to another payload")
-    if reservation.outcome is ReservationOutcome.CREATED:
-        return Decision(Verdict.DISPATCH, "new effect")
-
+def decide(
+    effect: Effect, contract: Contract, now: datetime, *, owned: bool = False
+) -> Decision:
+    """The next step for ``effect``; ``owned``: the caller owns its current version."""
     status = effect.status
     if status in (EffectStatus.SUCCEEDED, EffectStatus.FAILED_FINAL):
         return Decision(Verdict.REPLAY, f"settled as {status}")
@@ -66,29 +66,42 @@ def decide(reservation: Reservation, contract: Contract, now: datetime) -> Decis
         EffectStatus.DISPATCHING,
         EffectStatus.RECONCILING,
     ):
-        if _lease_live(effect, now):
+        lease_live = effect.lease_expires_at is not None and effect.lease_expires_at > now
+        if lease_live and not owned:
             return Decision(
                 Verdict.IN_FLIGHT,
-                f"{status} by another request",
+                f"{status} by another request or worker",
                 _until(effect.lease_expires_at, now),
             )
         if status is EffectStatus.PREPARED:
-            return Decision(Verdict.DISPATCH, "reserved but never sent")
+            return Decision(Verdict.DISPATCH, "reserved or requeued, never sent since")
         return Decision(Verdict.EXPIRE_LEASE, f"{status} lease expired: its holder died")
     if status is EffectStatus.RETRYABLE:
+        if effect.attempts >= contract.retry_limit:
+            return Decision(
+                Verdict.GIVE_UP,
+                f"all {effect.attempts} attempts provably sent nothing; the retry "
+                f"limit is {contract.retry_limit}",
+            )
         return Decision(Verdict.DISPATCH, "the last attempt provably sent nothing")
     if status is EffectStatus.MANUAL_REVIEW:
-        return Decision(Verdict.UNKNOWN, "awaiting an operator's resolution")
+        return Decision(Verdict.AWAIT_OPERATOR, "awaiting an operator's resolution")
     return _decide_unknown(effect, contract, now)
 
 
 def _decide_unknown(effect: Effect, contract: Contract, now: datetime) -> Decision:
     if effect.safety is Safety.IDEMPOTENT:
-        if effect.retention_deadline is not None and now < effect.retention_deadline:
-            return Decision(Verdict.DISPATCH, "idempotent: same key within its retention")
-        return Decision(
-            Verdict.UNKNOWN, "the target's key retention has expired: an operator decides"
-        )
+        if effect.retention_deadline is None or now >= effect.retention_deadline:
+            return Decision(
+                Verdict.REVIEW,
+                "the target's key retention has passed; resending could do it twice",
+            )
+        if effect.attempts >= contract.retry_limit:
+            return Decision(
+                Verdict.REVIEW,
+                f"the retry limit of {contract.retry_limit} attempts is spent",
+            )
+        return Decision(Verdict.DISPATCH, "idempotent: same key within its retention")
     if effect.safety is Safety.RECONCILABLE and contract.probe is not None:
         if effect.settlement_deadline is not None and now < effect.settlement_deadline:
             return Decision(
@@ -98,5 +111,6 @@ def _decide_unknown(effect: Effect, contract: Contract, now: datetime) -> Decisi
             )
         return Decision(Verdict.PROBE, "reconcilable: look the effect up first")
     return Decision(
-        Verdict.UNKNOWN, f"an {effect.safety} target cannot prove what happened"
+        Verdict.AWAIT_OPERATOR,
+        f"an {effect.safety} target can neither deduplicate nor be asked what happened",
     )

@@ -1,9 +1,10 @@
-"""What an operator may do to an effect: ask the reconciler to look now, or resolve it.
+"""What an operator may do to an effect, decided without I/O; the engine writes it.
 
-Both go through the state machine like every other write, so an operator cannot do what
-the contract forbids: nothing here resends an ``unsafe`` effect, and there is no "retry
-anyway". A resolution is recorded with its reason and evidence in the effect's event
-chain, so the history shows who decided what, and why, next to what the proxy saw.
+Both actions (look again now, resolve) go through the state machine like every other
+write, so an operator cannot do what the contract forbids: nothing here resends an
+``unsafe`` effect, and there is no "retry anyway". A resolution is recorded with its
+reason and evidence in the effect's event chain, so the history shows who decided what,
+and why, next to what the proxy saw.
 """
 
 from __future__ import annotations
@@ -11,11 +12,10 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import timedelta
 from enum import StrEnum
 from typing import Any
 
-from effect_broker.engine.messages import StoredResponse, encode_response
+from effect_broker.engine.messages import StoredResponse
 from effect_broker.errors import (
     AlreadySettled,
     InvalidResolution,
@@ -24,7 +24,6 @@ from effect_broker.errors import (
     RequeueRefused,
 )
 from effect_broker.models import Effect, EffectStatus, ReceiptSource
-from effect_broker.proxy.state import ProxyState
 from effect_broker.state_machine import TERMINAL, check_transition, is_allowed
 
 MAX_REASON = 1000
@@ -101,12 +100,12 @@ def _refuse_settled(effect: Effect) -> None:
         )
 
 
-async def reconcile_now(state: ProxyState, effect: Effect, *, actor: str) -> Effect:
-    """Make the reconciler look at an effect at its next pass instead of after backoff.
+def check_reconcilable(effect: Effect) -> None:
+    """Refuse "look now" unless the reconciler can act on the effect by itself.
 
-    Only where the reconciler can act by itself: a retryable effect (provably not
-    committed), or an unknown one whose contract lets it resend (idempotent) or look it
-    up (reconcilable). Everything else is refused with what to do instead.
+    It can for a retryable effect (provably not committed), or an unknown one whose
+    contract lets it resend (idempotent) or look it up (reconcilable). Everything else
+    is refused with what to do instead.
     """
     _refuse_settled(effect)
     status = effect.status
@@ -132,28 +131,33 @@ async def reconcile_now(state: ProxyState, effect: Effect, *, actor: str) -> Eff
             f"effect {effect.effect_id} is {status}: it is being handled right now, "
             "there is nothing to reconcile"
         )
-    return await state.store.reschedule(effect, delay=timedelta(0), actor=actor)
 
 
-def _require_awaiting_operator(effect: Effect) -> None:
+@dataclass(frozen=True, slots=True)
+class ResolutionPlan:
+    """The write an operator's resolution makes: a requeue, or a settling receipt."""
+
+    status: EffectStatus
+    kind: str
+    details: Mapping[str, Any]
+    receipt: StoredResponse | None = None
+    source: ReceiptSource = ReceiptSource.OPERATOR
+
+
+def plan(effect: Effect, request: ResolutionRequest) -> ResolutionPlan:
+    """What resolving ``effect`` this way writes, or why it may not."""
     _refuse_settled(effect)
     if effect.status not in AWAITING_OPERATOR:
         raise NotResolvable(
             f"effect {effect.effect_id} is {effect.status}; only effects in "
             "outcome_unknown or manual_review await an operator's resolution"
         )
-
-
-async def resolve(
-    state: ProxyState, effect: Effect, request: ResolutionRequest, *, actor: str
-) -> Effect:
-    """Apply an operator's resolution, recording reason and evidence in the history."""
-    _require_awaiting_operator(effect)
     details: dict[str, Any] = {
         "resolution": request.resolution.value,
         "reason": request.reason,
         "evidence": dict(request.evidence),
     }
+    kind = f"operator_{request.resolution.value}"
     if request.resolution is Resolution.NOT_COMMITTED:
         if not is_allowed(effect.status, EffectStatus.PREPARED, effect.safety):
             raise RequeueRefused(
@@ -165,64 +169,24 @@ async def resolve(
             )
         if request.external_id is not None:
             details["external_id"] = request.external_id
-        return await state.store.transition(
-            effect,
-            EffectStatus.PREPARED,
-            kind="operator_not_committed",
-            actor=actor,
-            details=details,
-            due_in=timedelta(0),
-        )
-    settled = (
-        EffectStatus.SUCCEEDED
-        if request.resolution is Resolution.SUCCEEDED
-        else EffectStatus.FAILED_FINAL
-    )
-    check_transition(effect.status, settled, effect.safety)
-    return await _settle(state, effect, settled, request, details, actor=actor)
+        return ResolutionPlan(EffectStatus.PREPARED, kind, details)
+    succeeded = request.resolution is Resolution.SUCCEEDED
+    status = EffectStatus.SUCCEEDED if succeeded else EffectStatus.FAILED_FINAL
+    check_transition(effect.status, status, effect.safety)
+    return ResolutionPlan(status, kind, details, _operator_receipt(request, details))
 
 
-async def _settle(
-    state: ProxyState,
-    effect: Effect,
-    status: EffectStatus,
-    request: ResolutionRequest,
-    details: Mapping[str, Any],
-    *,
-    actor: str,
-) -> Effect:
-    """Store the operator's receipt: what a client retry with the same key gets back.
-
-    The store is written directly rather than through ``Dispatcher.record_receipt``
-    because only the store call carries the event's actor and details, which is where
-    the reason and evidence must live.
-    """
-    succeeded = status is EffectStatus.SUCCEEDED
+def _operator_receipt(
+    request: ResolutionRequest, details: Mapping[str, Any]
+) -> StoredResponse:
+    """What a client retry with the same key gets back after the resolution."""
+    succeeded = request.resolution is Resolution.SUCCEEDED
     body = {"resolved_by": "operator", **details}
     if request.external_id is not None:
         body["external_id"] = request.external_id
-    response = StoredResponse(
+    return StoredResponse(
         200 if succeeded else 422,
         "OK" if succeeded else "Unprocessable Content",
         [("Content-Type", "application/json"), ("Effect-Resolved-By", "operator")],
         json.dumps(body).encode(),
     )
-    sealed = state.keyring.encrypt(
-        tenant_id=effect.tenant_id,
-        effect_id=str(effect.effect_id),
-        kind="response",
-        plaintext=encode_response(response),
-    )
-    done, _ = await state.store.record_receipt(
-        effect,
-        status=status,
-        status_code=response.status,
-        response_ciphertext=sealed,
-        source=ReceiptSource.OPERATOR,
-        actor=actor,
-        external_id=request.external_id,
-        kind=f"operator_{request.resolution.value}",
-        details=details,
-    )
-    state.metrics.effects.labels(done.route, done.status.value).inc()
-    return done

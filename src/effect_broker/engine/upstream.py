@@ -40,6 +40,7 @@ class AttemptResult:
     detail: str = ""
     overflow: aiohttp.ClientResponse | None = None
     elapsed: float = 0.0  # seconds spent waiting on the target
+    timed_out: bool = False  # UNKNOWN because the contract's timeout ran out
 
     def release(self) -> None:
         if self.overflow is not None:
@@ -97,6 +98,7 @@ async def send(
             Delivery.UNKNOWN,
             detail=f"no complete answer within {seconds:g}s",
             elapsed=time.perf_counter() - started,
+            timed_out=True,
         )
     except (aiohttp.ClientError, OSError) as exc:
         _close(response)

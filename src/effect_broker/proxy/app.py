@@ -6,9 +6,7 @@ raise becomes problem+json here, in one place.
 
 from __future__ import annotations
 
-import asyncio
 import logging
-from collections.abc import AsyncIterator
 
 from aiohttp import web
 from aiohttp.typedefs import Handler
@@ -23,7 +21,7 @@ from effect_broker.errors import (
     StoreUnavailable,
 )
 from effect_broker.problems import problem_response
-from effect_broker.proxy.flow import EffectProblem, EffectRequest, is_absolute_form
+from effect_broker.proxy.flow import EffectRequest, is_absolute_form
 from effect_broker.proxy.passthrough import pass_through
 from effect_broker.proxy.state import PROXY_STATE, ProxyState
 
@@ -80,8 +78,6 @@ async def problems_middleware(
 ) -> web.StreamResponse:
     try:
         return await handler(request)
-    except EffectProblem as problem:
-        return problem.response()
     except StoreUnavailable as exc:
         log.error("ledger unavailable: %s", exc)
         return problem_response(
@@ -104,23 +100,10 @@ async def problems_middleware(
         )
 
 
-async def reconciler_task(app: web.Application) -> AsyncIterator[None]:
-    """The built-in reconciler runs beside the proxy and stops cleanly with it."""
-    from effect_broker.reconciler import Reconciler  # it builds on the proxy modules
-
-    stop = asyncio.Event()
-    task = asyncio.create_task(Reconciler(app[PROXY_STATE]).run(stop))
-    yield
-    stop.set()
-    await task
-
-
-def build_proxy_app(state: ProxyState, *, reconcile: bool = False) -> web.Application:
+def build_proxy_app(state: ProxyState) -> web.Application:
     app = web.Application(
         middlewares=[problems_middleware], client_max_size=state.max_request_bytes
     )
     app[PROXY_STATE] = state
     app.router.add_route("*", "/{tail:.*}", handle)
-    if reconcile:
-        app.cleanup_ctx.append(reconciler_task)
     return app

@@ -1,55 +1,51 @@
-"""The request flow of DESIGN.md, steps 1-8, for one request on the proxy port.
+"""The request flow of DESIGN.md, steps 1-8, for one request on a matched route.
 
-Match, require the operation key, hash the exact payload, reserve, decide, and only
-then dispatch. The ledger row is committed before the first byte goes upstream; every
-answer for a matched route carries ``Effect-Id`` and ``Effect-Status``.
+This module is the adapter between HTTP and the engine: it requires the operation key,
+reads and hashes the exact payload, hands the intent to the engine, and renders what
+the engine did as an answer. Every answer for a matched route carries ``Effect-Id`` and
+``Effect-Status``. Decisions and ledger writes live in ``effect_broker.engine``.
 """
 
 from __future__ import annotations
 
 import time
-import uuid
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 from aiohttp import web
 from opentelemetry import trace
 from opentelemetry.trace import SpanKind
 
-from effect_broker import failpoints
-from effect_broker.canonical import (
-    canonical_body,
-    canonical_query,
-    downstream_key,
-    request_hash,
-)
+from effect_broker.canonical import canonical_body, canonical_query, request_hash
 from effect_broker.config.contracts import Contract, Route
-from effect_broker.engine.dispatch import Dispatched, Probed, outgoing_request
-from effect_broker.engine.messages import (
-    StoredRequest,
-    StoredResponse,
-    decode_response,
-    encode_request,
+from effect_broker.engine.engine import Intent
+from effect_broker.engine.messages import StoredRequest, StoredResponse
+from effect_broker.engine.results import (
+    Answered,
+    Busy,
+    Conflict,
+    NotSent,
+    Outcome,
+    Replayed,
+    Unknowable,
+    Unknown,
 )
-from effect_broker.engine.policy import Verdict, decide
 from effect_broker.engine.targets import upstream_url
 from effect_broker.errors import (
     BodyTooLarge,
+    EffectBrokerError,
     InFlight,
     InvalidOperationKey,
     MissingOperationKey,
     OutcomeUnknown,
     PayloadMismatch,
-    StaleVersion,
     UpstreamUnreachable,
 )
 from effect_broker.headers import upstream_request_headers
-from effect_broker.models import Effect, EffectStatus, Reservation, SafetyClass
-from effect_broker.models import ReservationOutcome as Outcome
+from effect_broker.models import Effect, SafetyClass
 from effect_broker.problems import effect_headers, problem_response
 from effect_broker.proxy.receipt_cache import SettledReplay
 from effect_broker.proxy.state import ProxyState
-from effect_broker.store import AttemptTerms
 from effect_broker.tracing import incoming_context, key_digest, tracer
 
 MAX_OPERATION_KEY = 255
@@ -112,7 +108,7 @@ def stored_response_to_web(
 
 
 class EffectRequest:
-    """One request on a matched route, carried through the ledger."""
+    """One request on a matched route, carried through the engine."""
 
     def __init__(
         self, state: ProxyState, route: Route, request: web.Request, tenant: str
@@ -160,163 +156,87 @@ class EffectRequest:
         fingerprint = self._fingerprint(body)
         cached = self.state.receipts.get(self.tenant, key)
         if cached is not None:
-            return self._answer_from_cache(cached, fingerprint)
-        stored = self._stored_request(body)
-        effect_id = uuid.uuid4()
-        sealed = self.state.keyring.encrypt(
-            tenant_id=self.tenant,
-            effect_id=str(effect_id),
-            kind="request",
-            plaintext=encode_request(stored),
-        )
-        failpoints.hit(failpoints.BEFORE_RESERVE_COMMIT)
-        reservation = await self.state.store.reserve(
-            tenant_id=self.tenant,
-            operation_key=key,
-            request_hash=fingerprint,
-            route=self.route.name,
-            contract_name=self.contract.name,
-            contract_version=self.contract.version,
-            safety=self.contract.safety,
-            downstream_key=downstream_key(
-                self.state.keyring.tenant_hmac_key(self.tenant), self.tenant, key
-            ),
-            request_ciphertext=sealed,
-            request_preview=self._preview(body),
-            owner=self.state.owner,
-            lease=self.state.dispatcher.lease_for(self.contract),
-            effect_id=effect_id,
-            start=self._start_terms(),
-        )
-        failpoints.hit(failpoints.AFTER_RESERVE)
-        return await self._act(reservation, stored)
-
-    async def _act(
-        self, reservation: Reservation, stored: StoredRequest
-    ) -> web.StreamResponse:
-        while True:
-            effect = reservation.effect
-            decision = decide(reservation, self.contract, datetime.now(UTC))
-            verdict = decision.verdict
-            if verdict is Verdict.CONFLICT:
-                self.state.metrics.conflicts.labels(self.route.name).inc()
-                raise EffectProblem(PayloadMismatch(PAYLOAD_MISMATCH), effect)
-            if verdict is Verdict.REPLAY:
-                self.state.metrics.replays.labels(self.route.name).inc()
-                return await self._replay(reservation)
-            if verdict in (Verdict.IN_FLIGHT, Verdict.WAIT_SETTLEMENT):
-                error = (
-                    InFlight(f"this operation is {decision.reason}")
-                    if verdict is Verdict.IN_FLIGHT
-                    else OutcomeUnknown(decision.reason)
-                )
-                raise EffectProblem(error, effect, retry_after=decision.retry_after)
-            if verdict is Verdict.UNKNOWN:
-                raise EffectProblem(
-                    OutcomeUnknown(
-                        f"the outcome of this effect is unknown ({decision.reason}); "
-                        "it was not sent again. An operator resolves it through the "
-                        "admin API"
-                    ),
-                    effect,
-                )
-            if verdict is Verdict.EXPIRE_LEASE:
-                effect = await self._fenced(
-                    self.state.store.transition(
-                        effect,
-                        EffectStatus.OUTCOME_UNKNOWN,
-                        kind="lease_expired",
-                        actor=self.state.owner,
-                        error="the worker holding this effect stopped mid-flight",
-                        # Keep it claimed: if this process dies next, the reconciler
-                        # still finds it once the lease runs out.
-                        lease_owner=self.state.owner,
-                        lease=self.state.dispatcher.lease_for(self.contract),
-                        settle_within=self.contract.settlement_bound,
-                    ),
-                    effect,
-                )
-            elif verdict is Verdict.PROBE:
-                probed = await self._probe(effect)
-                if probed.status is EffectStatus.SUCCEEDED:
-                    return await self._replay(Reservation(Outcome.REPLAY, probed, None))
-                if probed.status is not EffectStatus.PREPARED:
-                    raise EffectProblem(
-                        OutcomeUnknown(
-                            "the target's lookup could not say whether this effect "
-                            "happened; it was not sent again"
-                        ),
-                        probed,
-                        retry_after=timedelta(seconds=5),
-                    )
-                effect = probed
-            else:
-                started = (
-                    reservation.outcome is Outcome.CREATED
-                    and effect.status is EffectStatus.DISPATCHING
-                )
-                return await self._dispatch(effect, stored, started=started)
-            reservation = Reservation(Outcome.REPLAY, effect, None)
-
-    def _start_terms(self) -> AttemptTerms | None:
-        """Reserve and start a new effect in one commit where a resend is safe anyway.
-
-        For an unsafe target the two commits stay apart: if this process dies between
-        them, PREPARED proves nothing was sent, so the retry may still send it.
-        """
-        if self.contract.safety not in (SafetyClass.IDEMPOTENT, SafetyClass.RECONCILABLE):
-            return None
-        return AttemptTerms(self.contract.key_retention, self.contract.settlement_bound)
-
-    async def _dispatch(
-        self, effect: Effect, stored: StoredRequest, *, started: bool
-    ) -> web.StreamResponse:
-        outgoing = outgoing_request(
-            self.route, stored, effect.downstream_key, self.state.injected
-        )
-        dispatcher = self.state.dispatcher
-        send = dispatcher.send_started if started else dispatcher.dispatch
-        dispatched = await self._fenced(send(effect, self.contract, outgoing), effect)
-        self.upstream_seconds += dispatched.attempt.elapsed
-        return await self._answer(dispatched)
-
-    async def _answer(self, dispatched: Dispatched) -> web.StreamResponse:
-        effect, attempt = dispatched.effect, dispatched.attempt
-        status = effect.status
-        if status is EffectStatus.RETRYABLE and attempt.response is None:
-            raise EffectProblem(
-                UpstreamUnreachable(
-                    f"could not reach the target ({attempt.detail}); nothing was sent, "
-                    "so retrying with the same Operation-Key is safe"
-                ),
-                effect,
-                retry_after=timedelta(seconds=1),
+            if cached.effect.request_hash != fingerprint:
+                return self._answer(Conflict(cached.effect))
+            return self._answer(Replayed(cached.effect, cached.response))
+        outcome = await self.state.engine.submit(
+            Intent(
+                tenant=self.tenant,
+                operation_key=key,
+                request_hash=fingerprint,
+                route=self.route,
+                request=self._stored_request(body),
+                preview=self._preview(body),
             )
-        if status is EffectStatus.OUTCOME_UNKNOWN:
-            timed_out = "within" in attempt.detail
-            raise EffectProblem(
+        )
+        self.upstream_seconds += outcome.upstream_seconds
+        if isinstance(outcome, Answered) and outcome.attempt.overflow is not None:
+            return await self._stream_overflow(outcome)
+        return self._answer(outcome)
+
+    def _answer(self, outcome: Outcome) -> web.Response:
+        """Render what the engine did: the target's answer, a receipt, or a problem."""
+        effect, metrics = outcome.effect, self.state.metrics
+        match outcome:
+            case Answered(attempt=attempt):
+                assert attempt.response is not None
+                return stored_response_to_web(attempt.response, effect, replayed=False)
+            case Replayed(response=response):
+                metrics.replays.labels(self.route.name).inc()
+                self.state.receipts.put(SettledReplay(effect, response))
+                return stored_response_to_web(response, effect, replayed=True)
+            case Conflict():
+                metrics.conflicts.labels(self.route.name).inc()
+                return _problem(PayloadMismatch(PAYLOAD_MISMATCH), effect)
+            case Busy(reason=reason, retry_after=retry_after):
+                return _problem(
+                    InFlight(f"this operation is {reason}"),
+                    effect,
+                    retry_after=retry_after,
+                )
+            case NotSent(detail=detail, retry_after=retry_after):
+                return _problem(
+                    UpstreamUnreachable(
+                        f"could not reach the target ({detail}); nothing was sent, so "
+                        "retrying with the same Operation-Key is safe"
+                    ),
+                    effect,
+                    retry_after=retry_after,
+                )
+            case Unknown():
+                return self._unknown(outcome)
+        raise AssertionError(f"unhandled outcome {outcome!r}")
+
+    def _unknown(self, outcome: Unknown) -> web.Response:
+        effect, why = outcome.effect, outcome.why
+        if why in (Unknowable.TIMED_OUT, Unknowable.LOST):
+            return _problem(
                 OutcomeUnknown(
                     f"the target may have applied this effect, but its answer was lost "
-                    f"({attempt.detail}). {self._unknown_advice(effect)}"
+                    f"({outcome.detail}). {_unknown_advice(effect)}"
                 ),
                 effect,
-                status=504 if timed_out else 502,
+                status=504 if why is Unknowable.TIMED_OUT else 502,
             )
-        assert attempt.response is not None
-        if attempt.overflow is None:
-            return stored_response_to_web(attempt.response, effect, replayed=False)
-        return await self._stream_overflow(dispatched)
+        if why is Unknowable.AWAITING_OPERATOR:
+            detail = (
+                f"the outcome of this effect is unknown ({outcome.detail}); it was not "
+                "sent again. An operator resolves it through the admin API"
+            )
+        else:
+            detail = f"{outcome.detail}; it was not sent again"
+        return _problem(OutcomeUnknown(detail), effect, retry_after=outcome.retry_after)
 
-    async def _stream_overflow(self, dispatched: Dispatched) -> web.StreamResponse:
+    async def _stream_overflow(self, outcome: Answered) -> web.StreamResponse:
         """A body longer than a receipt holds: give this client all of it, live."""
-        attempt = dispatched.attempt
+        attempt = outcome.attempt
         assert attempt.response is not None and attempt.overflow is not None
         out = web.StreamResponse(
             status=attempt.response.status, reason=attempt.response.reason or None
         )
         for name, value in attempt.response.headers:
             out.headers.add(name, value)
-        out.headers.update(effect_headers(dispatched.effect))
+        out.headers.update(effect_headers(outcome.effect))
         try:
             await out.prepare(self.request)
             await out.write(attempt.response.body)
@@ -326,66 +246,6 @@ class EffectRequest:
         finally:
             attempt.release()
         return out
-
-    def _unknown_advice(self, effect: Effect) -> str:
-        if effect.safety is SafetyClass.IDEMPOTENT:
-            return (
-                "Retrying with the same Operation-Key is safe: the target deduplicates."
-            )
-        if effect.safety is SafetyClass.RECONCILABLE:
-            return "A retry with the same Operation-Key looks the effect up first."
-        return "It will not be sent again; an operator resolves it through the admin API."
-
-    async def _replay(self, reservation: Reservation) -> web.Response:
-        effect = reservation.effect
-        receipt = reservation.receipt or await self.state.store.receipt(
-            self.tenant, effect.effect_id
-        )
-        if receipt is None:  # settled rows always have one; be loud if not
-            raise RuntimeError(f"settled effect {effect.effect_id} has no receipt")
-        plaintext = self.state.keyring.decrypt(
-            tenant_id=self.tenant,
-            effect_id=str(effect.effect_id),
-            kind="response",
-            blob=receipt.response_ciphertext,
-        )
-        response = decode_response(plaintext)
-        self.state.receipts.put(SettledReplay(effect, response))
-        return stored_response_to_web(response, effect, replayed=True)
-
-    def _answer_from_cache(self, cached: SettledReplay, fingerprint: str) -> web.Response:
-        """The same decision as a ledger round trip would make for a settled effect."""
-        if cached.effect.request_hash != fingerprint:
-            self.state.metrics.conflicts.labels(self.route.name).inc()
-            raise EffectProblem(PayloadMismatch(PAYLOAD_MISMATCH), cached.effect)
-        self.state.metrics.replays.labels(self.route.name).inc()
-        return stored_response_to_web(cached.response, cached.effect, replayed=True)
-
-    async def _probe(self, effect: Effect) -> Effect:
-        """Reconcilable and unknown: look it up before anything is sent again."""
-        probed: Probed = await self._fenced(
-            self.state.dispatcher.probe(
-                effect,
-                self.route,
-                stored_url=self._stored_request(b"").url,
-                injected=self.state.injected,
-            ),
-            effect,
-        )
-        self.upstream_seconds += probed.elapsed
-        return probed.effect
-
-    async def _fenced(self, write: Any, effect: Effect) -> Any:
-        try:
-            return await write
-        except StaleVersion as exc:
-            raise EffectProblem(
-                InFlight(
-                    "another request or worker is handling this operation right now"
-                ),
-                effect,
-                retry_after=timedelta(seconds=1),
-            ) from exc
 
     def _fingerprint(self, body: bytes) -> str:
         rel = self.request.rel_url
@@ -430,32 +290,24 @@ class EffectRequest:
         }
 
 
+def _unknown_advice(effect: Effect) -> str:
+    if effect.safety is SafetyClass.IDEMPOTENT:
+        return "Retrying with the same Operation-Key is safe: the target deduplicates."
+    if effect.safety is SafetyClass.RECONCILABLE:
+        return "A retry with the same Operation-Key looks the effect up first."
+    return "It will not be sent again; an operator resolves it through the admin API."
+
+
+def _problem(
+    error: EffectBrokerError,
+    effect: Effect,
+    *,
+    retry_after: timedelta | None = None,
+    status: int | None = None,
+) -> web.Response:
+    return problem_response(error, status=status, effect=effect, retry_after=retry_after)
+
+
 def is_absolute_form(request: web.Request) -> bool:
     """Forward mode: the client (via HTTP_PROXY) sent ``POST http://host/path``."""
     return request.raw_path.startswith(("http://", "https://"))
-
-
-class EffectProblem(Exception):
-    """A problem answer tied to an effect; the app turns it into problem+json."""
-
-    def __init__(
-        self,
-        error: Any,
-        effect: Effect,
-        *,
-        retry_after: timedelta | None = None,
-        status: int | None = None,
-    ) -> None:
-        super().__init__(error.message)
-        self.error = error
-        self.effect = effect
-        self.retry_after = retry_after
-        self.status = status
-
-    def response(self) -> web.Response:
-        return problem_response(
-            self.error,
-            status=self.status,
-            effect=self.effect,
-            retry_after=self.retry_after,
-        )

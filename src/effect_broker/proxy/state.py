@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import timedelta
 
 import aiohttp
 from aiohttp import web
 
 from effect_broker.config.routes_config import RoutesConfig
 from effect_broker.crypto import Keyring
-from effect_broker.engine.dispatch import Dispatcher
+from effect_broker.engine.engine import Engine
 from effect_broker.metrics import Metrics
 from effect_broker.proxy.receipt_cache import ReceiptCache
 from effect_broker.proxy.tenancy import TenantResolver
@@ -21,18 +19,14 @@ from effect_broker.store import Store
 @dataclass(frozen=True, slots=True)
 class ProxyState:
     config: RoutesConfig
-    store: Store
+    store: Store  # reads only: the admin views, readiness; writes go through the engine
     keyring: Keyring
     session: aiohttp.ClientSession
-    dispatcher: Dispatcher
+    engine: Engine
     tenant: str  # the sidecar's tenant; unused in gateway mode
     gateway: TenantResolver | None  # set in gateway mode: tenant per request
-    owner: str
-    injected: Mapping[str, Mapping[str, str]]  # route name -> resolved header values
     max_request_bytes: int
-    max_receipt_bytes: int
     metrics: Metrics
-    lease_grace: timedelta
     receipts: ReceiptCache
 
 

@@ -1,0 +1,426 @@
+"""The engine: the one place that decides what happens to an effect and writes it down.
+
+Three adapters use it and none of them touches the ledger itself:
+
+* the request path ``submit``s an intent: reserve it (bound to its payload hash), then
+  carry out ``policy.decide`` until there is something to answer;
+* the reconciler ``claim_due``s overdue effects and ``settle``s each one with the same
+  policy, as their owner;
+* the admin API asks it to ``reconcile_now`` or to apply an operator's ``resolve``.
+
+Every write is a compare-and-swap on the effect's version. A write that loses the race
+ends the work as ``Busy``: whoever moved the effect first owns it now.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import uuid
+from collections.abc import Awaitable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import aiohttp
+
+from effect_broker import failpoints
+from effect_broker.canonical import downstream_key
+from effect_broker.config.contracts import Contract, Route
+from effect_broker.config.routes_config import RoutesConfig
+from effect_broker.crypto import Keyring
+from effect_broker.engine import resolution
+from effect_broker.engine.dispatch import Dispatcher, outgoing_request
+from effect_broker.engine.messages import (
+    StoredRequest,
+    StoredResponse,
+    decode_request,
+    decode_response,
+    encode_request,
+)
+from effect_broker.engine.policy import Verdict, decide
+from effect_broker.engine.resolution import ResolutionRequest
+from effect_broker.engine.results import (
+    Answered,
+    Busy,
+    Conflict,
+    NotSent,
+    Outcome,
+    Replayed,
+    Unknowable,
+    Unknown,
+)
+from effect_broker.errors import (
+    DecryptionError,
+    StaleVersion,
+    StoreError,
+    StoreUnavailable,
+)
+from effect_broker.metrics import Metrics
+from effect_broker.models import (
+    Effect,
+    EffectStatus,
+    Receipt,
+    ReservationOutcome,
+    SafetyClass,
+)
+from effect_broker.store import AttemptTerms, Store
+
+log = logging.getLogger("effect_broker.engine")
+
+MISCONFIGURED_RETRY = timedelta(minutes=5)
+FENCED_RETRY = timedelta(seconds=1)
+INCONCLUSIVE_RETRY = timedelta(seconds=5)
+
+
+@dataclass(frozen=True, slots=True)
+class Intent:
+    """One request on a matched route, as the client sent it (before secrets)."""
+
+    tenant: str
+    operation_key: str
+    request_hash: str
+    route: Route
+    request: StoredRequest
+    preview: Mapping[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Wiring:
+    """What every engine of a process shares; each engine adds its owner's name."""
+
+    config: RoutesConfig
+    store: Store
+    keyring: Keyring
+    session: aiohttp.ClientSession
+    injected: Mapping[str, Mapping[str, str]]  # route name -> resolved header values
+    max_receipt_bytes: int
+    metrics: Metrics
+    lease_grace: timedelta
+
+
+class Engine:
+    def __init__(self, wiring: Wiring, *, owner: str) -> None:
+        self.wiring = wiring
+        self.owner = owner
+        self._store = wiring.store
+        self._keyring = wiring.keyring
+        self._injected = wiring.injected
+        self._routes = {route.name: route for route in wiring.config.routes}
+        self._dispatcher = Dispatcher(
+            store=wiring.store,
+            keyring=wiring.keyring,
+            session=wiring.session,
+            owner=owner,
+            max_receipt_bytes=wiring.max_receipt_bytes,
+            metrics=wiring.metrics,
+            lease_grace=wiring.lease_grace,
+        )
+
+    def with_owner(self, owner: str) -> Engine:
+        """The same engine writing under another name (the reconciler's, say)."""
+        return Engine(self.wiring, owner=owner)
+
+    def lease_for(self, contract: Contract) -> timedelta:
+        return self._dispatcher.lease_for(contract)
+
+    # -- the request path ---------------------------------------------------------------
+
+    async def submit(self, intent: Intent) -> Outcome:
+        """Record the intent once per (tenant, operation key), then act on it."""
+        route, contract = intent.route, intent.route.contract
+        effect_id = uuid.uuid4()
+        sealed = self._keyring.encrypt(
+            tenant_id=intent.tenant,
+            effect_id=str(effect_id),
+            kind="request",
+            plaintext=encode_request(intent.request),
+        )
+        failpoints.hit(failpoints.BEFORE_RESERVE_COMMIT)
+        reservation = await self._store.reserve(
+            tenant_id=intent.tenant,
+            operation_key=intent.operation_key,
+            request_hash=intent.request_hash,
+            route=route.name,
+            contract_name=contract.name,
+            contract_version=contract.version,
+            safety=contract.safety,
+            downstream_key=downstream_key(
+                self._keyring.tenant_hmac_key(intent.tenant),
+                intent.tenant,
+                intent.operation_key,
+            ),
+            request_ciphertext=sealed,
+            request_preview=intent.preview,
+            owner=self.owner,
+            lease=self.lease_for(contract),
+            effect_id=effect_id,
+            start=_start_terms(contract),
+        )
+        failpoints.hit(failpoints.AFTER_RESERVE)
+        effect = reservation.effect
+        if reservation.outcome is ReservationOutcome.CONFLICT:
+            return Conflict(effect)
+        if reservation.outcome is ReservationOutcome.REPLAY:
+            if reservation.receipt is not None:
+                return Replayed(effect, self._open(reservation.receipt, effect))
+            return await self._fenced(
+                self._advance(effect, route, intent.request), effect
+            )
+        if (
+            effect.status is EffectStatus.DISPATCHING
+        ):  # reserved and started in one commit
+            return await self._fenced(self._send(effect, route, intent.request), effect)
+        return await self._fenced(
+            self._advance(effect, route, intent.request, owned=True), effect
+        )
+
+    # -- the reconciler -----------------------------------------------------------------
+
+    async def claim_due(self, *, lease: timedelta, limit: int) -> list[Effect]:
+        """Lease overdue effects to this engine's owner (``FOR UPDATE SKIP LOCKED``)."""
+        return await self._store.claim_due(owner=self.owner, lease=lease, limit=limit)
+
+    async def settle(self, effect: Effect) -> Outcome:
+        """Move one claimed effect as far as the proof allows."""
+        route = self._pinned_route(effect)
+        if route is None:
+            effect = await self._store.reschedule(
+                effect,
+                delay=MISCONFIGURED_RETRY,
+                actor=self.owner,
+                error=f"route {effect.route} with contract {effect.contract_name}@"
+                f"{effect.contract_version} is not in the running configuration",
+            )
+            return Unknown(effect, Unknowable.AWAITING_OPERATOR, effect.last_error or "")
+        return await self._fenced(self._advance(effect, route, None, owned=True), effect)
+
+    # -- the operator -------------------------------------------------------------------
+
+    async def reconcile_now(self, effect: Effect, *, actor: str) -> Effect:
+        """Make the reconciler look at an effect at its next pass, where it can act."""
+        resolution.check_reconcilable(effect)
+        return await self._store.reschedule(effect, delay=timedelta(0), actor=actor)
+
+    async def resolve(
+        self, effect: Effect, request: ResolutionRequest, *, actor: str
+    ) -> Effect:
+        """Apply an operator's resolution; reason and evidence go into the history."""
+        plan = resolution.plan(effect, request)
+        if plan.receipt is None:
+            return await self._store.transition(
+                effect,
+                plan.status,
+                kind=plan.kind,
+                actor=actor,
+                details=plan.details,
+                due_in=timedelta(0),
+            )
+        return await self._dispatcher.record_receipt(
+            effect,
+            plan.status,
+            plan.receipt,
+            source=plan.source,
+            external_id=request.external_id,
+            actor=actor,
+            kind=plan.kind,
+            details=plan.details,
+        )
+
+    # -- carrying out the policy --------------------------------------------------------
+
+    async def _advance(
+        self,
+        effect: Effect,
+        route: Route,
+        request: StoredRequest | None,
+        *,
+        owned: bool = False,
+    ) -> Outcome:
+        contract = route.contract
+        upstream_seconds = 0.0
+        while True:
+            decision = decide(effect, contract, datetime.now(UTC), owned=owned)
+            verdict, reason = decision.verdict, decision.reason
+            if verdict is Verdict.REPLAY:
+                receipt = await self._store.receipt(effect.tenant_id, effect.effect_id)
+                if receipt is None:  # settled rows always have one; be loud if not
+                    raise StoreError(f"settled effect {effect.effect_id} has no receipt")
+                outcome: Outcome = Replayed(effect, self._open(receipt, effect))
+            elif verdict is Verdict.IN_FLIGHT:
+                assert decision.retry_after is not None
+                outcome = Busy(effect, reason, decision.retry_after)
+            elif verdict is Verdict.WAIT_SETTLEMENT:
+                if owned:
+                    effect = await self._release(effect, decision.retry_after)
+                outcome = Unknown(
+                    effect, Unknowable.SETTLING, reason, decision.retry_after
+                )
+            elif verdict is Verdict.AWAIT_OPERATOR:
+                if owned:
+                    effect = await self._release(effect, None)
+                outcome = Unknown(effect, Unknowable.AWAITING_OPERATOR, reason)
+            elif verdict is Verdict.REVIEW:
+                effect = await self._to_review(effect, reason)
+                outcome = Unknown(effect, Unknowable.AWAITING_OPERATOR, reason)
+            elif verdict is Verdict.GIVE_UP:
+                effect, owned = await self._dispatcher.give_up(effect), True
+                continue
+            elif verdict is Verdict.EXPIRE_LEASE:
+                effect, owned = await self._take_over(effect, contract), True
+                continue
+            elif verdict is Verdict.PROBE:
+                probed = await self._dispatcher.probe(
+                    effect,
+                    route,
+                    stored_url=(request or self._stored_request(effect)).url,
+                    injected=self._injected,
+                )
+                effect, owned = probed.effect, True
+                upstream_seconds += probed.elapsed
+                if effect.status in (EffectStatus.SUCCEEDED, EffectStatus.PREPARED):
+                    continue
+                outcome = Unknown(
+                    effect,
+                    Unknowable.LOOKUP_INCONCLUSIVE,
+                    "the target's lookup could not say whether this effect happened",
+                    INCONCLUSIVE_RETRY,
+                )
+            else:
+                effect = await self._dispatcher.start(effect, contract)
+                outcome = await self._send(effect, route, request)
+            return dataclasses.replace(
+                outcome, upstream_seconds=outcome.upstream_seconds + upstream_seconds
+            )
+
+    async def _send(
+        self, effect: Effect, route: Route, request: StoredRequest | None
+    ) -> Outcome:
+        """Send an effect this engine holds in DISPATCHING (attempt and lease committed).
+
+        From here on bytes may reach the target: if the ledger cannot record the answer,
+        the outcome is unknown, never "nothing was sent".
+        """
+        outgoing = outgoing_request(
+            route,
+            request or self._stored_request(effect),
+            effect.downstream_key,
+            self._injected,
+        )
+        try:
+            dispatched = await self._dispatcher.send_started(
+                effect, route.contract, outgoing
+            )
+        except (StoreUnavailable, StoreError) as exc:
+            log.warning("effect %s: sent, answer not recorded: %s", effect.effect_id, exc)
+            return Unknown(
+                effect,
+                Unknowable.LOST,
+                f"the request was sent, but the ledger could not record the answer "
+                f"({exc.message}); the reconciler settles it once the database is back",
+            )
+        settled, attempt = dispatched.effect, dispatched.attempt
+        elapsed = attempt.elapsed
+        if settled.status is EffectStatus.RETRYABLE and attempt.response is None:
+            return NotSent(
+                settled, attempt.detail, FENCED_RETRY, upstream_seconds=elapsed
+            )
+        if settled.status is EffectStatus.OUTCOME_UNKNOWN:
+            attempt.release()
+            why = Unknowable.TIMED_OUT if attempt.timed_out else Unknowable.LOST
+            detail = attempt.detail or (
+                f"target answered {attempt.response.status}" if attempt.response else ""
+            )
+            return Unknown(settled, why, detail, upstream_seconds=elapsed)
+        return Answered(settled, attempt, upstream_seconds=elapsed)
+
+    async def _fenced(self, work: Awaitable[Outcome], effect: Effect) -> Outcome:
+        """Run ``work``; losing a compare-and-swap means someone else owns the effect."""
+        try:
+            return await work
+        except StaleVersion:
+            return Busy(
+                effect,
+                "being handled by another request or worker right now",
+                FENCED_RETRY,
+            )
+
+    async def _take_over(self, effect: Effect, contract: Contract) -> Effect:
+        """Its holder died mid-flight: the outcome is unknown, and now it is ours."""
+        log.warning(
+            "effect %s on %s: holder %s died while it was %s; outcome unknown",
+            effect.effect_id,
+            effect.route,
+            effect.lease_owner,
+            effect.status,
+        )
+        return await self._store.transition(
+            effect,
+            EffectStatus.OUTCOME_UNKNOWN,
+            kind="lease_expired",
+            actor=self.owner,
+            error=f"the worker holding it stopped while it was {effect.status}",
+            # Keep it leased to us: if this process dies next, the reconciler still
+            # finds it once the lease runs out, never stranded with nothing due.
+            lease_owner=self.owner,
+            lease=self.lease_for(contract),
+            settle_within=contract.settlement_bound,
+        )
+
+    async def _to_review(self, effect: Effect, why: str) -> Effect:
+        log.warning(
+            "effect %s on %s: manual review (%s)", effect.effect_id, effect.route, why
+        )
+        return await self._store.transition(
+            effect,
+            EffectStatus.MANUAL_REVIEW,
+            kind="manual_review",
+            actor=self.owner,
+            error=why,
+        )
+
+    async def _release(self, effect: Effect, delay: timedelta | None) -> Effect:
+        """Let go of an owned effect; ``delay=None``: due for nobody but a person."""
+        return await self._store.reschedule(effect, delay=delay, actor=self.owner)
+
+    def _pinned_route(self, effect: Effect) -> Route | None:
+        route = self._routes.get(effect.route)
+        if route is None:
+            return None
+        pinned = (effect.contract_name, effect.contract_version)
+        if (route.contract.name, route.contract.version) != pinned:
+            return None
+        return route
+
+    def _stored_request(self, effect: Effect) -> StoredRequest:
+        if effect.request_ciphertext is None:
+            raise DecryptionError(f"effect {effect.effect_id} has no stored request")
+        return decode_request(
+            self._keyring.decrypt(
+                tenant_id=effect.tenant_id,
+                effect_id=str(effect.effect_id),
+                kind="request",
+                blob=effect.request_ciphertext,
+            )
+        )
+
+    def _open(self, receipt: Receipt, effect: Effect) -> StoredResponse:
+        return decode_response(
+            self._keyring.decrypt(
+                tenant_id=effect.tenant_id,
+                effect_id=str(effect.effect_id),
+                kind="response",
+                blob=receipt.response_ciphertext,
+            )
+        )
+
+
+def _start_terms(contract: Contract) -> AttemptTerms | None:
+    """Reserve and start a new effect in one commit where a resend is safe anyway.
+
+    For an unsafe target the two commits stay apart: if this process dies between them,
+    PREPARED proves nothing was sent, so the retry may still send it.
+    """
+    if contract.safety not in (SafetyClass.IDEMPOTENT, SafetyClass.RECONCILABLE):
+        return None
+    return AttemptTerms(contract.key_retention, contract.settlement_bound)
