@@ -1,0 +1,87 @@
+"""A client retry and the reconciler obey the same limits: one policy, end to end.
+
+Before the engine, the request path resent an unknown idempotent effect and a retryable
+one whatever their retry limit, while the reconciler refused; these tests pin the
+shared rule down through real HTTP, a real ledger and the target's own table.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tests.integration.harness import (
+    PROBLEMS,
+    arm_faults,
+    ledger_rows,
+    running_broker,
+)
+from tests.integration.test_proxy_outcomes import charge, closed_port, post
+
+ONE_ATTEMPT_ROUTES = """\
+version: 1
+contracts:
+  - name: payments.charge
+    version: "1"
+    safety: idempotent
+    idempotency_header: Idempotency-Key
+    key_retention: 1h
+    timeout: 500ms
+    retry_limit: 1
+routes:
+  - name: payments
+    match: {{method: POST, path: /payments/v1/charges}}
+    strip_prefix: /payments
+    upstream: {upstream}/idempotent
+    contract: payments.charge
+"""
+
+
+async def test_a_client_retry_past_the_retry_limit_goes_to_review_not_upstream(
+    database_url: str, tmp_path: Path
+) -> None:
+    async with running_broker(
+        database_url,
+        tmp_path,
+        routes=lambda target: ONE_ATTEMPT_ROUTES.format(upstream=target),
+    ) as broker:
+        url = f"{broker.proxy_url}/payments/v1/charges"
+        await arm_faults(broker, hang_after_commit=1)
+        lost = await post(url, key="order-1:charge", body=charge("order-1"))
+        assert lost.status == 504
+        assert lost.headers["Effect-Status"] == "outcome_unknown"
+
+        retry = await post(url, key="order-1:charge", body=charge("order-1"))
+
+        assert retry.status == 409
+        assert retry.problem["type"] == PROBLEMS + "outcome-unknown"
+        assert retry.headers["Effect-Status"] == "manual_review"
+        assert "retry limit" in retry.problem["detail"]
+        assert retry.headers["Effect-Id"] == lost.headers["Effect-Id"]
+        [effect] = await ledger_rows(database_url)
+        assert (effect["status"], effect["attempts"]) == ("manual_review", 1)
+        assert len(broker.charges("order-1")) == 1
+
+
+async def test_a_client_retry_of_a_retryable_effect_past_its_limit_is_given_up(
+    database_url: str, tmp_path: Path
+) -> None:
+    upstream = f"http://127.0.0.1:{closed_port()}"
+    async with running_broker(
+        database_url,
+        tmp_path,
+        routes=lambda _: ONE_ATTEMPT_ROUTES.format(upstream=upstream),
+    ) as broker:
+        url = f"{broker.proxy_url}/payments/v1/charges"
+        refused = await post(url, key="order-2:charge", body=charge("order-2"))
+        assert refused.status == 502
+        assert refused.headers["Effect-Status"] == "retryable"
+
+        retry = await post(url, key="order-2:charge", body=charge("order-2"))
+        again = await post(url, key="order-2:charge", body=charge("order-2"))
+
+        assert retry.status == 502
+        assert retry.headers["Effect-Status"] == "failed_final"
+        assert b"nothing was sent" in retry.body
+        assert (again.status, again.body) == (retry.status, retry.body)
+        [effect] = await ledger_rows(database_url)
+        assert (effect["status"], effect["attempts"]) == ("failed_final", 1)

@@ -1,0 +1,221 @@
+"""engine.policy.decide, branch by branch: the one decision for client and reconciler."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from effect_broker.config.contracts import Contract, Probe
+from effect_broker.engine.policy import DEFAULT_RETRY_AFTER, Verdict, decide
+from effect_broker.models import Effect
+from effect_broker.models import EffectStatus as S
+from effect_broker.models import SafetyClass as C
+
+NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
+LATER = NOW + timedelta(seconds=30)
+EARLIER = NOW - timedelta(seconds=30)
+
+PROBE = Probe("GET", "/t?c={downstream_key}", frozenset({200}), frozenset({404}))
+CONTRACTS = {
+    C.IDEMPOTENT: Contract(
+        "pay", "1", C.IDEMPOTENT, idempotency_header="Idempotency-Key",
+        key_retention=timedelta(hours=24), retry_limit=3,
+    ),
+    C.RECONCILABLE: Contract(
+        "ticket", "1", C.RECONCILABLE, correlation_header="X-Correlation-Id",
+        settlement_bound=timedelta(seconds=2), probe=PROBE, retry_limit=3,
+    ),
+    C.UNSAFE: Contract("email", "1", C.UNSAFE, retry_limit=3),
+}  # fmt: skip
+
+
+def effect(safety: C, status: S, **changes: object) -> Effect:
+    base = Effect(
+        effect_id=uuid.uuid4(),
+        tenant_id="t",
+        operation_key="k",
+        request_hash="h",
+        route="r",
+        contract_name=CONTRACTS[safety].name,
+        contract_version="1",
+        safety=safety,
+        downstream_key="dk",
+        status=status,
+        version=1,
+        attempts=1,
+        lease_owner=None,
+        lease_expires_at=None,
+        due_at=None,
+        first_dispatched_at=EARLIER,
+        retention_deadline=LATER,
+        settlement_deadline=EARLIER,
+        request_ciphertext=None,
+        request_preview={},
+        last_error=None,
+        created_at=EARLIER,
+        updated_at=EARLIER,
+    )
+    return replace(base, **changes)  # type: ignore[arg-type]
+
+
+def verdict(safety: C, status: S, *, owned: bool = False, **changes: object) -> Verdict:
+    return decide(
+        effect(safety, status, **changes), CONTRACTS[safety], NOW, owned=owned
+    ).verdict
+
+
+@pytest.mark.parametrize("safety", list(CONTRACTS))
+@pytest.mark.parametrize("status", [S.SUCCEEDED, S.FAILED_FINAL])
+@pytest.mark.parametrize("owned", [False, True])
+def test_settled_effects_replay_whoever_asks(safety: C, status: S, owned: bool) -> None:
+    assert verdict(safety, status, owned=owned) is Verdict.REPLAY
+
+
+@pytest.mark.parametrize("safety", list(CONTRACTS))
+@pytest.mark.parametrize("status", [S.PREPARED, S.DISPATCHING, S.RECONCILING])
+def test_a_live_lease_of_someone_else_means_in_flight(safety: C, status: S) -> None:
+    decision = decide(
+        effect(safety, status, lease_owner="other", lease_expires_at=LATER),
+        CONTRACTS[safety],
+        NOW,
+    )
+    assert decision.verdict is Verdict.IN_FLIGHT
+    assert decision.retry_after == LATER - NOW
+
+
+@pytest.mark.parametrize("safety", list(CONTRACTS))
+@pytest.mark.parametrize(
+    ("status", "expected"),
+    [
+        (S.PREPARED, Verdict.DISPATCH),
+        (S.DISPATCHING, Verdict.EXPIRE_LEASE),
+        (S.RECONCILING, Verdict.EXPIRE_LEASE),
+    ],
+)
+def test_the_owner_of_a_live_lease_acts_on_it(
+    safety: C, status: S, expected: Verdict
+) -> None:
+    """The reconciler's claim leases the row to itself: that lease is not a rival."""
+    live = {"lease_owner": "me", "lease_expires_at": LATER}
+    assert verdict(safety, status, owned=True, **live) is expected
+
+
+@pytest.mark.parametrize("safety", list(CONTRACTS))
+@pytest.mark.parametrize(
+    ("status", "expected"),
+    [
+        (S.PREPARED, Verdict.DISPATCH),
+        (S.DISPATCHING, Verdict.EXPIRE_LEASE),
+        (S.RECONCILING, Verdict.EXPIRE_LEASE),
+    ],
+)
+def test_an_expired_lease_is_taken_over(safety: C, status: S, expected: Verdict) -> None:
+    dead = {"lease_owner": "dead", "lease_expires_at": EARLIER}
+    assert verdict(safety, status, **dead) is expected
+
+
+@pytest.mark.parametrize("safety", list(CONTRACTS))
+@pytest.mark.parametrize("owned", [False, True])
+def test_retryable_sends_again_until_the_limit_then_gives_up(
+    safety: C, owned: bool
+) -> None:
+    assert verdict(safety, S.RETRYABLE, owned=owned, attempts=2) is Verdict.DISPATCH
+    assert verdict(safety, S.RETRYABLE, owned=owned, attempts=3) is Verdict.GIVE_UP
+
+
+@pytest.mark.parametrize("safety", list(CONTRACTS))
+def test_manual_review_waits_for_a_person(safety: C) -> None:
+    assert verdict(safety, S.MANUAL_REVIEW) is Verdict.AWAIT_OPERATOR
+
+
+@pytest.mark.parametrize("owned", [False, True])
+def test_unknown_idempotent_resends_within_retention_and_limit(owned: bool) -> None:
+    assert verdict(C.IDEMPOTENT, S.OUTCOME_UNKNOWN, owned=owned) is Verdict.DISPATCH
+
+
+@pytest.mark.parametrize("owned", [False, True])
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {"retention_deadline": NOW},
+        {"retention_deadline": EARLIER},
+        {"retention_deadline": None},
+        {"attempts": 3},
+    ],
+)
+def test_unknown_idempotent_goes_to_review_past_retention_or_limit(
+    owned: bool, changes: dict[str, object]
+) -> None:
+    """A client retry and the reconciler refuse the same resend: one policy."""
+    assert verdict(C.IDEMPOTENT, S.OUTCOME_UNKNOWN, owned=owned, **changes) is (
+        Verdict.REVIEW
+    )
+
+
+def test_unknown_reconcilable_waits_for_its_settlement_bound() -> None:
+    decision = decide(
+        effect(C.RECONCILABLE, S.OUTCOME_UNKNOWN, settlement_deadline=LATER),
+        CONTRACTS[C.RECONCILABLE],
+        NOW,
+    )
+    assert decision.verdict is Verdict.WAIT_SETTLEMENT
+    assert decision.retry_after == LATER - NOW
+
+
+@pytest.mark.parametrize("deadline", [EARLIER, NOW, None])
+def test_unknown_reconcilable_is_looked_up_once_settled(
+    deadline: datetime | None,
+) -> None:
+    assert (
+        verdict(C.RECONCILABLE, S.OUTCOME_UNKNOWN, settlement_deadline=deadline)
+        is Verdict.PROBE
+    )
+
+
+def test_a_reconcilable_effect_is_looked_up_even_past_its_retry_limit() -> None:
+    """A lookup sends nothing, so no limit applies to it."""
+    assert verdict(C.RECONCILABLE, S.OUTCOME_UNKNOWN, attempts=9) is Verdict.PROBE
+
+
+@pytest.mark.parametrize("owned", [False, True])
+def test_unknown_unsafe_is_never_sent_again(owned: bool) -> None:
+    assert verdict(C.UNSAFE, S.OUTCOME_UNKNOWN, owned=owned) is Verdict.AWAIT_OPERATOR
+    assert (
+        verdict(
+            C.UNSAFE, S.OUTCOME_UNKNOWN, owned=owned, attempts=0, retention_deadline=LATER
+        )
+        is Verdict.AWAIT_OPERATOR
+    )
+
+
+def test_a_reconcilable_effect_whose_contract_lost_its_probe_waits_for_a_person() -> None:
+    without_probe = replace(CONTRACTS[C.RECONCILABLE], probe=None)
+    decision = decide(effect(C.RECONCILABLE, S.OUTCOME_UNKNOWN), without_probe, NOW)
+    assert decision.verdict is Verdict.AWAIT_OPERATOR
+
+
+def test_a_deadline_already_past_gives_the_default_retry_after() -> None:
+    decision = decide(
+        effect(C.UNSAFE, S.PREPARED, lease_owner="x", lease_expires_at=LATER),
+        CONTRACTS[C.UNSAFE],
+        LATER - timedelta(microseconds=1),
+    )
+    assert decision.retry_after == timedelta(microseconds=1)
+    assert timedelta(seconds=1) == DEFAULT_RETRY_AFTER
+
+
+@pytest.mark.parametrize("safety", list(CONTRACTS))
+@pytest.mark.parametrize("status", list(S))
+@pytest.mark.parametrize("owned", [False, True])
+def test_only_idempotent_unknown_or_proven_unsent_effects_are_dispatched(
+    safety: C, status: S, owned: bool
+) -> None:
+    """The safety property, over every status: DISPATCH only where nothing may have
+    committed (PREPARED, RETRYABLE) or the target deduplicates (idempotent unknown)."""
+    if verdict(safety, status, owned=owned) is Verdict.DISPATCH:
+        assert status in (S.PREPARED, S.RETRYABLE) or (
+            safety is C.IDEMPOTENT and status is S.OUTCOME_UNKNOWN
+        )
