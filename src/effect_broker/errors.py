@@ -20,6 +20,7 @@ class EffectBrokerError(Exception):
 
     problem_type: str = "internal-error"
     status: int = 500
+    extra: Mapping[str, Any] = {}  # members of the problem document beyond the standard
 
     def __init__(self, message: str | None = None) -> None:
         self.message = message or (self.__doc__ or "").strip()
@@ -235,8 +236,6 @@ class AdminTokenNotConfigured(EffectBrokerError):
 
 class DetailedProblem(EffectBrokerError):
     """An error whose problem document names what was wrong, for clients to branch on."""
-
-    extra: Mapping[str, Any] = {}
 
 
 class InvalidParameter(DetailedProblem):

@@ -1,7 +1,10 @@
-"""RFC 9457 problem details: every error the proxy itself makes, in one shape.
+"""RFC 9457 problem details: every error answer effect-broker makes, in one shape.
 
-The ``type`` is stable per cause so clients can branch on it; ``detail`` is written for
-the person reading the log. No stack trace ever reaches a client.
+One function turns an ``EffectBrokerError`` into a problem document; the proxy, the
+admin API and the raw CONNECT front only choose how to send it (an aiohttp response, or
+bytes on a socket aiohttp never saw). The ``type`` is stable per cause so clients can
+branch on it; ``detail`` is written for the person reading the log. No stack trace ever
+reaches a client.
 """
 
 from __future__ import annotations
@@ -9,7 +12,9 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import timedelta
+from http import HTTPStatus
 from typing import Any
 
 from aiohttp import web
@@ -24,7 +29,14 @@ def effect_headers(effect: Effect) -> dict[str, str]:
     return {"Effect-Id": str(effect.effect_id), "Effect-Status": str(effect.status)}
 
 
-def problem_response(
+@dataclass(frozen=True, slots=True)
+class Problem:
+    status: int
+    headers: Mapping[str, str]
+    body: bytes
+
+
+def problem(
     error: EffectBrokerError,
     *,
     status: int | None = None,
@@ -32,7 +44,8 @@ def problem_response(
     retry_after: timedelta | None = None,
     extra: Mapping[str, Any] | None = None,
     headers: Mapping[str, str] | None = None,
-) -> web.Response:
+) -> Problem:
+    """The problem document for ``error``, with the effect it concerns if any."""
     code = status or error.status
     body: dict[str, Any] = {
         "type": error.type_uri,
@@ -49,10 +62,31 @@ def problem_response(
         seconds = max(1, math.ceil(retry_after.total_seconds()))
         out_headers["Retry-After"] = str(seconds)
         body["retry_after_seconds"] = seconds
+    body.update(error.extra)
     body.update(extra or {})
+    return Problem(code, out_headers, json.dumps(body).encode())
+
+
+def problem_response(error: EffectBrokerError, **options: Any) -> web.Response:
+    """``problem`` as an aiohttp response; ``options`` are those of ``problem``."""
+    answer = problem(error, **options)
     return web.Response(
-        status=code,
-        body=json.dumps(body).encode(),
+        status=answer.status,
+        body=answer.body,
         content_type=PROBLEM_JSON,
-        headers=out_headers,
+        headers=answer.headers,
     )
+
+
+def problem_bytes(error: EffectBrokerError, **options: Any) -> bytes:
+    """``problem`` as a complete HTTP/1.1 message that closes the connection, for a
+    socket no HTTP server handles (the CONNECT front)."""
+    answer = problem(error, **options)
+    head = [
+        f"HTTP/1.1 {answer.status} {HTTPStatus(answer.status).phrase}",
+        f"Content-Type: {PROBLEM_JSON}",
+        f"Content-Length: {len(answer.body)}",
+        "Connection: close",
+        *(f"{name}: {value}" for name, value in answer.headers.items()),
+    ]
+    return ("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + answer.body

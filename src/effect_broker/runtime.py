@@ -22,8 +22,8 @@ from effect_broker.errors import MigrationError
 from effect_broker.metrics import Metrics
 from effect_broker.proxy.receipt_cache import ReceiptCache
 from effect_broker.proxy.state import ProxyState
-from effect_broker.proxy.tenancy import TenantResolver
 from effect_broker.store import Store
+from effect_broker.tenancy import TenantResolver
 from effect_broker.tracing import configure as configure_tracing
 
 

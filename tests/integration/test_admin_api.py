@@ -24,7 +24,7 @@ import pytest
 
 from effect_broker.admin.app import build_admin_app
 from effect_broker.models import EffectStatus
-from effect_broker.proxy.tenancy import new_api_key
+from effect_broker.tenancy import new_api_key
 from tests.integration.harness import (
     PROBLEMS,
     Answer,

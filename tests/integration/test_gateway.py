@@ -12,8 +12,8 @@ import asyncpg
 from typer.testing import CliRunner
 
 from effect_broker.cli import _register, app
-from effect_broker.proxy.tenancy import new_api_key
 from effect_broker.store import Store
+from effect_broker.tenancy import new_api_key
 from tests.integration.harness import running_broker
 
 CHARGE = json.dumps({"amount": 700, "currency": "usd", "order_id": "order-7"}).encode()

@@ -33,7 +33,6 @@ from effect_broker.engine.messages import decode_response
 from effect_broker.engine.resolution import parse_resolution
 from effect_broker.errors import (
     BodyTooLarge,
-    DetailedProblem,
     EffectBrokerError,
     EffectNotFound,
     InvalidParameter,
@@ -241,8 +240,7 @@ async def problems(request: web.Request, handler: Handler) -> web.StreamResponse
     except EffectBrokerError as exc:
         if exc.status >= 500:
             log.error("%s %s failed: %s", request.method, request.path, exc.message)
-        extra = exc.extra if isinstance(exc, DetailedProblem) else None
-        return problem_response(exc, extra=extra)
+        return problem_response(exc)
     except Exception:
         log.exception("%s %s failed", request.method, request.path)
         return problem_response(

@@ -10,8 +10,8 @@ from rich.console import Console
 
 from effect_broker.cli.options import DatabaseUrl, require_database
 from effect_broker.errors import EffectBrokerError
-from effect_broker.proxy.tenancy import NewApiKey, new_api_key
 from effect_broker.store import Store
+from effect_broker.tenancy import NewApiKey, new_api_key
 
 tenants_app = typer.Typer(help="Manage gateway tenants and their API keys.")
 console = Console(soft_wrap=True, highlight=False)

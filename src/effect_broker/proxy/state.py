@@ -12,8 +12,8 @@ from effect_broker.crypto import Keyring
 from effect_broker.engine.engine import Engine
 from effect_broker.metrics import Metrics
 from effect_broker.proxy.receipt_cache import ReceiptCache
-from effect_broker.proxy.tenancy import TenantResolver
 from effect_broker.store import Store
+from effect_broker.tenancy import TenantResolver
 
 
 @dataclass(frozen=True, slots=True)
