@@ -3,11 +3,17 @@
 from __future__ import annotations
 
 import ast
+import os
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-PACKAGE = Path(__file__).parents[2] / "src" / "effect_broker"
+ROOT = Path(__file__).parents[2]
+PACKAGE = ROOT / "src" / "effect_broker"
+LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")
 
 # Pure logic: decisions a test can check with no socket, database or file.
 PURE_MODULES = [
@@ -49,3 +55,69 @@ def test_only_the_store_imports_asyncpg() -> None:
 def test_pure_modules_do_no_io(module: str) -> None:
     imports = {name.split(".")[0] for name in imported_modules(PACKAGE / module)}
     assert imports & IO_MODULES == set()
+
+
+def _function_level_imports(path: Path) -> list[int]:
+    """Lines of ``effect_broker`` imports inside functions or ``if TYPE_CHECKING``."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    lines: list[int] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.If):
+            for inner in ast.walk(node):
+                if (
+                    isinstance(inner, ast.ImportFrom)
+                    and (inner.module or "").startswith("effect_broker")
+                ) or (
+                    isinstance(inner, ast.Import)
+                    and any(a.name.startswith("effect_broker") for a in inner.names)
+                ):
+                    lines.append(inner.lineno)
+    return lines
+
+
+def test_no_import_hides_in_a_function_or_behind_type_checking() -> None:
+    """Such imports hide layer violations and cycles from a reader (import-linter still
+    sees them). The one exception: the CLI attaches its command groups lazily so that
+    ``effect-broker --help`` does not import the whole server."""
+    offenders = {
+        str(path.relative_to(PACKAGE)): lines
+        for path in PACKAGE.rglob("*.py")
+        if (lines := _function_level_imports(path))
+        and path.relative_to(PACKAGE) != Path("cli/__init__.py")
+    }
+    assert offenders == {}
+
+
+def _lint_imports(src: Path) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(src)}
+    return subprocess.run(
+        [str(LINT_IMPORTS), str(ROOT / "pyproject.toml"), "--no-cache"],
+        cwd=src.parent,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def test_the_import_contracts_hold() -> None:
+    result = _lint_imports(ROOT / "src")
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_the_import_contracts_refuse_an_engine_that_imports_the_proxy(
+    tmp_path: Path,
+) -> None:
+    """The contracts are not vacuous: a deliberate violation breaks the check."""
+    src = tmp_path / "src"
+    shutil.copytree(PACKAGE, src / "effect_broker")
+    policy = src / "effect_broker" / "engine" / "policy.py"
+    policy.write_text(policy.read_text() + "\nimport effect_broker.proxy.flow\n")
+
+    result = _lint_imports(src)
+
+    assert result.returncode == 1, result.stdout
+    assert "effect_broker.engine is not allowed to import effect_broker.proxy" in (
+        result.stdout
+    )
