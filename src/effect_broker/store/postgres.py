@@ -73,7 +73,14 @@ async def _translated() -> AsyncIterator[None]:
     """Turn driver errors into ours, so nothing above the store knows about asyncpg."""
     try:
         yield
-    except (OSError, asyncpg.PostgresConnectionError, asyncpg.InterfaceError) as exc:
+    except (
+        OSError,
+        asyncpg.PostgresConnectionError,
+        asyncpg.InterfaceError,
+        # A connection left mid-protocol by a server restart ("cannot switch to state
+        # 12; another operation is in progress"): the database, not the request, failed.
+        asyncpg.InternalClientError,
+    ) as exc:
         raise StoreUnavailable(f"the ledger database is unreachable: {exc}") from exc
     except asyncpg.UniqueViolationError as exc:
         if exc.table_name == "effect_receipts":
@@ -81,9 +88,9 @@ async def _translated() -> AsyncIterator[None]:
         raise StoreError(
             f"unique constraint {exc.constraint_name} refused a write"
         ) from exc
-    except asyncpg.CannotConnectNowError as exc:
+    except asyncpg.OperatorInterventionError as exc:  # class 57: shutdown, restart
         raise StoreUnavailable(
-            "the ledger database is starting or shutting down"
+            f"the ledger database is starting or shutting down: {exc}"
         ) from exc
     except asyncpg.PostgresError as exc:
         raise StoreError(f"the ledger refused the operation: {exc}") from exc
