@@ -9,8 +9,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
+from effect_broker.errors import StoreUnavailable
 from tests.integration.harness import (
     PROBLEMS,
+    Broker,
     arm_faults,
     ledger_rows,
     running_broker,
@@ -85,3 +89,26 @@ async def test_a_client_retry_of_a_retryable_effect_past_its_limit_is_given_up(
         assert (again.status, again.body) == (retry.status, retry.body)
         [effect] = await ledger_rows(database_url)
         assert (effect["status"], effect["attempts"]) == ("failed_final", 1)
+
+
+async def test_a_ledger_failure_after_sending_is_outcome_unknown_not_nothing_sent(
+    broker: Broker, database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The target has the charge; telling the client "nothing was sent" would invite a
+    retry under a new key, and so a second charge."""
+
+    async def ledger_down(*args: object, **kwargs: object) -> None:
+        raise StoreUnavailable("the ledger database is unreachable: injected")
+
+    monkeypatch.setattr(broker.state.store, "record_receipt", ledger_down)
+    url = f"{broker.proxy_url}/payments/v1/charges"
+
+    answer = await post(url, key="order-3:charge", body=charge("order-3"))
+
+    assert answer.status == 502
+    assert answer.problem["type"] == PROBLEMS + "outcome-unknown"
+    assert "was sent" in answer.problem["detail"]
+    assert answer.problem["effect_id"] == answer.headers["Effect-Id"]
+    assert len(broker.charges("order-3")) == 1
+    [effect] = await ledger_rows(database_url)
+    assert effect["status"] == "dispatching"  # the reconciler settles it after the lease
