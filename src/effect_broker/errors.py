@@ -101,6 +101,13 @@ class UpstreamUnreachable(EffectBrokerError):
     status = 502
 
 
+class UpstreamBusy(EffectBrokerError):
+    """Every connection this proxy allows to the target is busy; nothing was sent."""
+
+    problem_type = "upstream-busy"
+    status = 503
+
+
 class ProxyAuthenticationRequired(EffectBrokerError):
     """This gateway needs Proxy-Authorization with a tenant API key."""
 

@@ -41,7 +41,9 @@ class Reconciler:
         idle_seconds: float = 1.0,
         owner: str | None = None,
     ) -> None:
-        self.engine = engine.with_owner(owner or worker_name("reconciler"))
+        self.engine = engine.with_owner(
+            owner or worker_name("reconciler"), slots=engine.wiring.reconciler_slots
+        )
         self.owner = self.engine.owner
         self.batch = batch
         self.idle_seconds = idle_seconds

@@ -15,9 +15,11 @@ from effect_broker.config.routes_config import RoutesConfig
 from effect_broker.config.routes_file import resolve_inject_headers
 from effect_broker.config.settings import Settings
 from effect_broker.crypto import Keyring, MasterKey
-from effect_broker.engine.engine import Engine, Wiring
+from effect_broker.engine.engine import Engine
 from effect_broker.engine.owners import worker_name
+from effect_broker.engine.slots import UpstreamSlots
 from effect_broker.engine.upstream import client_session
+from effect_broker.engine.wiring import Wiring
 from effect_broker.errors import MigrationError
 from effect_broker.metrics import Metrics
 from effect_broker.proxy.receipt_cache import ReceiptCache
@@ -64,25 +66,37 @@ async def open_runtime(
         await store.check_master_key(keyring.key_id)
         metrics = Metrics()
         store.on_fenced = metrics.fenced.inc
-        async with client_session() as session:
+        # Effects and pass-through get separate clients: a slow pass-through target
+        # cannot hold the connections effects need. Effects are bounded per route by
+        # their slots, so their client has no pool limit of its own.
+        async with (
+            client_session(limit=0) as effect_session,
+            client_session(limit=settings.passthrough_connections) as session,
+        ):
+            wiring = Wiring(
+                config=config,
+                store=store,
+                keyring=keyring,
+                session=effect_session,
+                injected=injected,
+                max_receipt_bytes=settings.max_receipt_bytes,
+                metrics=metrics,
+                lease_grace=settings.lease_grace,
+                slots=UpstreamSlots(
+                    per_route=settings.upstream_connections,
+                    queue_timeout=settings.upstream_queue_timeout,
+                ),
+                reconciler_slots=UpstreamSlots(
+                    per_route=settings.reconciler_connections,
+                    queue_timeout=settings.upstream_queue_timeout,
+                ),
+            )
             yield ProxyState(
                 config=config,
                 store=store,
                 keyring=keyring,
                 session=session,
-                engine=Engine(
-                    Wiring(
-                        config=config,
-                        store=store,
-                        keyring=keyring,
-                        session=session,
-                        injected=injected,
-                        max_receipt_bytes=settings.max_receipt_bytes,
-                        metrics=metrics,
-                        lease_grace=settings.lease_grace,
-                    ),
-                    owner=worker_name(role),
-                ),
+                engine=Engine(wiring, owner=worker_name(role)),
                 tenant=settings.tenant,
                 gateway=TenantResolver(store) if settings.gateway else None,
                 max_request_bytes=settings.max_request_bytes,

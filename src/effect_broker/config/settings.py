@@ -54,13 +54,32 @@ class Settings(BaseSettings):
         description="How long past a contract's timeout a dispatch lease lasts before "
         "the reconciler may treat its holder as dead.",
     )
+    upstream_connections: int = Field(
+        100,
+        ge=1,
+        description="Requests one route may have out at its target at once; one slow "
+        "target cannot take the connections of another.",
+    )
+    upstream_queue_timeout: timedelta = Field(
+        timedelta(seconds=5),
+        description="How long a request waits for a free connection before it is "
+        "answered 503 (nothing sent, retryable); not part of the contract's timeout.",
+    )
+    reconciler_connections: int = Field(
+        10,
+        ge=1,
+        description="The reconciler's own budget of concurrent requests per route.",
+    )
+    passthrough_connections: int = Field(
+        100, ge=1, description="Connections for requests no route records."
+    )
     traces: str = Field(
         "none", description="OpenTelemetry span exporter: none or console."
     )
     pool_min_size: int = Field(1, ge=1)
     pool_max_size: int = Field(10, ge=1)
 
-    @field_validator("lease_grace", mode="before")
+    @field_validator("lease_grace", "upstream_queue_timeout", mode="before")
     @classmethod
     def _duration(cls, value: object) -> object:
         """Durations read like routes.yaml's: ``500ms``, ``5s``, ``2m``."""

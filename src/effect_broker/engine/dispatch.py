@@ -14,25 +14,22 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-import aiohttp
-
 from effect_broker import failpoints
 from effect_broker.config.contracts import Contract, Route
-from effect_broker.crypto import Keyring
 from effect_broker.engine.messages import StoredRequest, StoredResponse, encode_response
 from effect_broker.engine.outcomes import (
     backoff,
     next_look_when_unknown,
     status_after_answer,
 )
-from effect_broker.engine.probe import ProbeVerdict, run_probe
+from effect_broker.engine.probe import ProbeResult, ProbeVerdict, run_probe
+from effect_broker.engine.slots import NoFreeSlot
 from effect_broker.engine.targets import base_url
 from effect_broker.engine.upstream import AttemptResult, Delivery, send
+from effect_broker.engine.wiring import Wiring
 from effect_broker.headers import upstream_request_headers
-from effect_broker.metrics import Metrics
 from effect_broker.models import Effect, EffectStatus, ReceiptSource
 from effect_broker.state_machine import TERMINAL
-from effect_broker.store import Store
 from effect_broker.tracing import with_current_context
 
 TRUNCATED_HEADER = "Effect-Receipt-Truncated"
@@ -73,24 +70,15 @@ class Dispatched:
 
 
 class Dispatcher:
-    def __init__(
-        self,
-        *,
-        store: Store,
-        keyring: Keyring,
-        session: aiohttp.ClientSession,
-        owner: str,
-        max_receipt_bytes: int,
-        metrics: Metrics,
-        lease_grace: timedelta,
-    ) -> None:
-        self._store = store
-        self._keyring = keyring
-        self._session = session
+    def __init__(self, wiring: Wiring, *, owner: str) -> None:
+        self._store = wiring.store
+        self._keyring = wiring.keyring
+        self._session = wiring.session
+        self._slots = wiring.slots
         self._owner = owner
-        self._max_receipt_bytes = max_receipt_bytes
-        self._lease_grace = lease_grace
-        self.metrics = metrics
+        self._max_receipt_bytes = wiring.max_receipt_bytes
+        self._lease_grace = wiring.lease_grace
+        self.metrics = wiring.metrics
         self._rng = random.Random()
 
     async def start(self, effect: Effect, contract: Contract) -> Effect:
@@ -107,8 +95,9 @@ class Dispatcher:
         )
 
     def lease_for(self, contract: Contract) -> timedelta:
-        """How long a dispatch may run before its holder counts as dead."""
-        return contract.timeout + self._lease_grace
+        """How long a dispatch may run before its holder counts as dead: the queue for
+        a free connection, the contract's timeout, and a grace for the ledger write."""
+        return self._slots.queue_timeout + contract.timeout + self._lease_grace
 
     async def send_started(
         self, effect: Effect, contract: Contract, request: StoredRequest
@@ -116,15 +105,19 @@ class Dispatcher:
         """Send for an effect this worker already holds in DISPATCHING (its attempt and
         lease committed), then settle it."""
         failpoints.hit(failpoints.BEFORE_UPSTREAM_SEND)
-        attempt = await send(
-            self._session,
-            method=request.method,
-            url=request.url,
-            headers=request.headers,
-            body=request.body,
-            timeout=contract.timeout,
-            max_body=self._max_receipt_bytes,
-        )
+        try:
+            async with self._slots.hold(effect.route):
+                attempt = await send(
+                    self._session,
+                    method=request.method,
+                    url=request.url,
+                    headers=request.headers,
+                    body=request.body,
+                    timeout=contract.timeout,
+                    max_body=self._max_receipt_bytes,
+                )
+        except NoFreeSlot as exc:
+            attempt = AttemptResult(Delivery.NOT_SENT, detail=str(exc), saturated=True)
         failpoints.hit(failpoints.AFTER_UPSTREAM_RESPONSE)
         self.metrics.attempts.labels(effect.route, attempt.delivery.value).inc()
         try:
@@ -240,15 +233,19 @@ class Dispatcher:
             lease_owner=self._owner,
             lease=self.lease_for(contract),
         )
-        result = await run_probe(
-            self._session,
-            contract.probe,
-            base_url=base_url(route, stored_url),
-            downstream_key=effect.downstream_key,
-            headers=list(injected.get(route.name, {}).items()),
-            timeout=contract.timeout,
-            max_body=self._max_receipt_bytes,
-        )
+        try:
+            async with self._slots.hold(effect.route):
+                result = await run_probe(
+                    self._session,
+                    contract.probe,
+                    base_url=base_url(route, stored_url),
+                    downstream_key=effect.downstream_key,
+                    headers=list(injected.get(route.name, {}).items()),
+                    timeout=contract.timeout,
+                    max_body=self._max_receipt_bytes,
+                )
+        except NoFreeSlot as exc:
+            result = ProbeResult(ProbeVerdict.UNKNOWN, detail=str(exc))
         self.metrics.probes.labels(effect.route, result.verdict.value).inc()
         if result.verdict is ProbeVerdict.FOUND and result.response is not None:
             effect = await self.record_receipt(

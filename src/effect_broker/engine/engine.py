@@ -18,17 +18,13 @@ import dataclasses
 import logging
 import uuid
 from collections.abc import Awaitable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
-
-import aiohttp
 
 from effect_broker import failpoints
 from effect_broker.canonical import downstream_key
 from effect_broker.config.contracts import Contract, Route
-from effect_broker.config.routes_config import RoutesConfig
-from effect_broker.crypto import Keyring
 from effect_broker.engine import resolution
 from effect_broker.engine.dispatch import Dispatcher, outgoing_request
 from effect_broker.engine.messages import (
@@ -50,13 +46,14 @@ from effect_broker.engine.results import (
     Unknowable,
     Unknown,
 )
+from effect_broker.engine.slots import UpstreamSlots
+from effect_broker.engine.wiring import Wiring
 from effect_broker.errors import (
     DecryptionError,
     StaleVersion,
     StoreError,
     StoreUnavailable,
 )
-from effect_broker.metrics import Metrics
 from effect_broker.models import (
     Effect,
     EffectStatus,
@@ -64,7 +61,7 @@ from effect_broker.models import (
     ReservationOutcome,
     SafetyClass,
 )
-from effect_broker.store import AttemptTerms, Store
+from effect_broker.store import AttemptTerms
 
 log = logging.getLogger("effect_broker.engine")
 
@@ -85,20 +82,6 @@ class Intent:
     preview: Mapping[str, Any]
 
 
-@dataclass(frozen=True, slots=True)
-class Wiring:
-    """What every engine of a process shares; each engine adds its owner's name."""
-
-    config: RoutesConfig
-    store: Store
-    keyring: Keyring
-    session: aiohttp.ClientSession
-    injected: Mapping[str, Mapping[str, str]]  # route name -> resolved header values
-    max_receipt_bytes: int
-    metrics: Metrics
-    lease_grace: timedelta
-
-
 class Engine:
     def __init__(self, wiring: Wiring, *, owner: str) -> None:
         self.wiring = wiring
@@ -107,19 +90,13 @@ class Engine:
         self._keyring = wiring.keyring
         self._injected = wiring.injected
         self._routes = {route.name: route for route in wiring.config.routes}
-        self._dispatcher = Dispatcher(
-            store=wiring.store,
-            keyring=wiring.keyring,
-            session=wiring.session,
-            owner=owner,
-            max_receipt_bytes=wiring.max_receipt_bytes,
-            metrics=wiring.metrics,
-            lease_grace=wiring.lease_grace,
-        )
+        self._dispatcher = Dispatcher(wiring, owner=owner)
 
-    def with_owner(self, owner: str) -> Engine:
-        """The same engine writing under another name (the reconciler's, say)."""
-        return Engine(self.wiring, owner=owner)
+    def with_owner(self, owner: str, *, slots: UpstreamSlots | None = None) -> Engine:
+        """The same engine writing under another name (the reconciler's, say), with
+        its own budget of upstream connections when ``slots`` is given."""
+        wiring = self.wiring if slots is None else replace(self.wiring, slots=slots)
+        return Engine(wiring, owner=owner)
 
     def lease_for(self, contract: Contract) -> timedelta:
         return self._dispatcher.lease_for(contract)
@@ -323,7 +300,11 @@ class Engine:
         elapsed = attempt.elapsed
         if settled.status is EffectStatus.RETRYABLE and attempt.response is None:
             return NotSent(
-                settled, attempt.detail, FENCED_RETRY, upstream_seconds=elapsed
+                settled,
+                attempt.detail,
+                FENCED_RETRY,
+                saturated=attempt.saturated,
+                upstream_seconds=elapsed,
             )
         if settled.status is EffectStatus.OUTCOME_UNKNOWN:
             attempt.release()

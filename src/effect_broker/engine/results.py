@@ -54,10 +54,15 @@ class Busy(Result):
 
 @dataclass(frozen=True, slots=True)
 class NotSent(Result):
-    """The attempt provably sent nothing (no connection); the effect is retryable."""
+    """The attempt provably sent nothing (no connection); the effect is retryable.
+
+    ``saturated``: no connection was free within the queue bound (this proxy's limit),
+    as opposed to the target refusing or being unreachable.
+    """
 
     detail: str
     retry_after: timedelta
+    saturated: bool = False
 
 
 class Unknowable(StrEnum):

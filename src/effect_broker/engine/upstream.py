@@ -41,6 +41,7 @@ class AttemptResult:
     overflow: aiohttp.ClientResponse | None = None
     elapsed: float = 0.0  # seconds spent waiting on the target
     timed_out: bool = False  # UNKNOWN because the contract's timeout ran out
+    saturated: bool = False  # NOT_SENT because no connection to the target was free
 
     def release(self) -> None:
         if self.overflow is not None:

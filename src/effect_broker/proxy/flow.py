@@ -39,6 +39,7 @@ from effect_broker.errors import (
     MissingOperationKey,
     OutcomeUnknown,
     PayloadMismatch,
+    UpstreamBusy,
     UpstreamUnreachable,
 )
 from effect_broker.headers import upstream_request_headers
@@ -191,6 +192,15 @@ class EffectRequest:
             case Busy(reason=reason, retry_after=retry_after):
                 return _problem(
                     InFlight(f"this operation is {reason}"),
+                    effect,
+                    retry_after=retry_after,
+                )
+            case NotSent(detail=detail, retry_after=retry_after, saturated=True):
+                return _problem(
+                    UpstreamBusy(
+                        f"{detail}; nothing was sent, so retrying with the same "
+                        "Operation-Key is safe"
+                    ),
                     effect,
                     retry_after=retry_after,
                 )

@@ -21,7 +21,7 @@ class ProxyState:
     config: RoutesConfig
     store: Store  # reads only: the admin views, readiness; writes go through the engine
     keyring: Keyring
-    session: aiohttp.ClientSession
+    session: aiohttp.ClientSession  # pass-through only; effects use the engine's
     engine: Engine
     tenant: str  # the sidecar's tenant; unused in gateway mode
     gateway: TenantResolver | None  # set in gateway mode: tenant per request
