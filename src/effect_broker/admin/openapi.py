@@ -46,8 +46,8 @@ class _Generator(GenerateJsonSchema):
         return generated
 
 
-def _schemas() -> tuple[dict[str, Any], dict[str, Any], dict[type[BaseModel], Any]]:
-    """Every component schema, the resolve body's schema, and each model's schema."""
+def _schemas() -> tuple[dict[str, Any], dict[type[BaseModel], Any]]:
+    """Every component schema, and each model's own schema (for its parameters)."""
     models: set[type[BaseModel]] = {Problem, EffectPath}
     for operation in OPERATIONS:
         if operation.query is not None:
@@ -68,7 +68,7 @@ def _schemas() -> tuple[dict[str, Any], dict[str, Any], dict[type[BaseModel], An
         for (key, _), schema in by_key.items()
         if isinstance(key, type)
     }
-    return components, components[RESOLUTION_REQUEST], inline
+    return components, inline
 
 
 def _is_input(model: type[BaseModel]) -> bool:
@@ -170,7 +170,7 @@ class _Paths:
 @cache
 def openapi_document() -> dict[str, Any]:
     """The document served at ``/openapi.json``; built once, it never changes at run."""
-    components, _, inline = _schemas()
+    components, inline = _schemas()
     paths = _Paths(inline)
     for operation in OPERATIONS:
         paths.add(operation)

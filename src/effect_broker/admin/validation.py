@@ -147,8 +147,10 @@ def _resolution_message(field: str, rest: tuple[int | str, ...], error: Any) -> 
     if field == "evidence":
         if kind in {"missing", "too_short"}:
             return _EVIDENCE_REQUIRED
-        if kind == "evidence_too_large" or rest or kind != "dict_type":
-            return str(error["msg"]) if not rest else "must hold only JSON values"
+        if kind == "evidence_too_large":
+            return str(error["msg"])
+        if rest:
+            return "must hold only JSON values, with no NUL (\\u0000) in any text"
         return "must be a JSON object"
     return str(error["msg"])
 
