@@ -332,13 +332,19 @@ async def test_at_sequence_folds_the_history_to_that_event(admin: Admin) -> None
         "occurred_at": second.json["history"][1]["occurred_at"],
     }
     assert second.json["status"] == "succeeded"  # the effect itself is unchanged
-    for bad in ("0", "4", "-1", "two"):
+    for bad in ("0", "-1", "two"):
         answer = await admin.get(
             f"/v1/effects/{effect_id}", params=[("at_sequence", bad)]
         )
         assert assert_problem(answer, 400, "invalid-parameter")["parameter"] == (
             "at_sequence"
         )
+    # A well-formed sequence number this effect has no event for is not a malformed
+    # request (the schema allows it) but a missing thing, like an unknown effect id.
+    beyond = await admin.get(f"/v1/effects/{effect_id}", params=[("at_sequence", "4")])
+    problem = assert_problem(beyond, 404, "no-such-event")
+    assert problem["parameter"] == "at_sequence"
+    assert "1 to 3" in problem["detail"]
 
 
 async def test_a_tampered_event_breaks_the_chain(admin: Admin, database_url: str) -> None:

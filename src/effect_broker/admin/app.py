@@ -9,34 +9,38 @@ problem+json with a stable ``type``.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from datetime import UTC, datetime
-from uuid import UUID
+from typing import Any
 
 from aiohttp import web
 from aiohttp.typedefs import Handler
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-from pydantic import SecretStr
+from pydantic import BaseModel, SecretStr
 
 from effect_broker.admin.auth import ADMIN_TOKEN, TENANT, configured_token, require_token
-from effect_broker.admin.openapi import OPENAPI
+from effect_broker.admin.openapi import openapi_document
+from effect_broker.admin.schemas import Health, Readiness
+from effect_broker.admin.validation import (
+    NoSuchEvent,
+    parse_effect_id,
+    parse_inspect_query,
+    parse_list_query,
+    parse_resolution_body,
+)
 from effect_broker.admin.views import (
+    decode_cursor,
     effect_detail_view,
     effect_view,
-    encode_cursor,
-    parse_at_sequence,
-    parse_list_query,
+    list_filter,
+    page_view,
     receipt_view,
 )
 from effect_broker.engine.messages import decode_response
-from effect_broker.engine.resolution import parse_resolution
 from effect_broker.errors import (
     BodyTooLarge,
     EffectBrokerError,
     EffectNotFound,
-    InvalidParameter,
-    InvalidResolution,
     MethodNotAllowed,
     NoReceipt,
     RouteNotFound,
@@ -49,12 +53,18 @@ from effect_broker.proxy.state import PROXY_STATE, ProxyState
 log = logging.getLogger("effect_broker.admin")
 
 
+def _json(body: BaseModel, *, status: int = 200) -> web.Response:
+    """A response model as JSON: the only way a handler builds a body."""
+    document: Any = body.model_dump(mode="json")
+    return web.json_response(document, status=status)
+
+
 # -- probes and metrics (open) --------------------------------------------------------
 
 
 async def healthz(request: web.Request) -> web.Response:
     """Alive: the process answers. Says nothing about the database on purpose."""
-    return web.json_response({"status": "ok"})
+    return _json(Health())
 
 
 async def readyz(request: web.Request) -> web.Response:
@@ -64,15 +74,13 @@ async def readyz(request: web.Request) -> web.Response:
         await store.ping()
         pending = await store.pending_migrations()
     except EffectBrokerError as exc:
-        return web.json_response(
-            {"status": "unavailable", "detail": exc.message}, status=503
-        )
+        return _json(Readiness(status="unavailable", detail=exc.message), status=503)
     if pending:
-        return web.json_response(
-            {"status": "migrations pending", "pending": [m.label for m in pending]},
+        return _json(
+            Readiness(status="migrations pending", pending=[m.label for m in pending]),
             status=503,
         )
-    return web.json_response({"status": "ready"})
+    return _json(Readiness(status="ready"))
 
 
 async def refresh_unknown_gauges(state: ProxyState) -> None:
@@ -108,23 +116,15 @@ async def metrics(request: web.Request) -> web.Response:
 
 
 async def openapi(request: web.Request) -> web.Response:
-    return web.json_response(OPENAPI)
+    """The document generated from the same models the handlers answer with."""
+    return web.json_response(openapi_document())
 
 
 # -- /v1 (bearer token; the token decides the tenant) ----------------------------------
 
 
-def _effect_id(request: web.Request) -> UUID:
-    text = request.match_info["effect_id"]
-    try:
-        return UUID(text)
-    except ValueError:
-        # Not a UUID cannot name an effect: the same answer as an unknown one.
-        raise EffectNotFound(f"no effect {text!r} for this tenant") from None
-
-
 async def _load(request: web.Request) -> Effect:
-    effect_id = _effect_id(request)
+    effect_id = parse_effect_id(request.match_info["effect_id"])
     try:
         return await request.app[PROXY_STATE].store.get(request[TENANT], effect_id)
     except EffectNotFound:
@@ -136,21 +136,19 @@ def _actor(request: web.Request) -> str:
 
 
 async def list_effects(request: web.Request) -> web.Response:
-    query = parse_list_query(request.query, datetime.now(UTC))
+    query = parse_list_query(request.query)
     page = await request.app[PROXY_STATE].store.list_effects(
-        request[TENANT], query.where, cursor=query.cursor, limit=query.limit
+        request[TENANT],
+        list_filter(query, datetime.now(UTC)),
+        cursor=decode_cursor(query.cursor) if query.cursor else None,
+        limit=query.limit,
     )
-    return web.json_response(
-        {
-            "effects": [effect_view(effect) for effect in page.effects],
-            "next_cursor": encode_cursor(page.next_cursor) if page.next_cursor else None,
-        }
-    )
+    return _json(page_view(page.effects, page.next_cursor))
 
 
 async def get_effect(request: web.Request) -> web.Response:
     """The effect, its event history (optionally folded at a sequence) and attempts."""
-    at_sequence = parse_at_sequence(request.query.get("at_sequence"))
+    at_sequence = parse_inspect_query(request.query).at_sequence
     effect = await _load(request)
     store, tenant = request.app[PROXY_STATE].store, request[TENANT]
     events, attempts, first_bad = await asyncio.gather(
@@ -161,14 +159,17 @@ async def get_effect(request: web.Request) -> web.Response:
     folded = None
     if at_sequence is not None:
         if at_sequence > len(events):
-            raise InvalidParameter(
-                "at_sequence", f"must be from 1 to {len(events)}, the last event"
+            # A well-formed number this effect has no event for: like an unknown id.
+            raise NoSuchEvent(
+                "at_sequence",
+                f"is {at_sequence}, but effect {effect.effect_id} has events 1 to "
+                f"{len(events)}",
             )
         folded = fold_events(events, at_sequence)
     view = effect_detail_view(
         effect, events, attempts, chain_intact=first_bad is None, at_sequence=folded
     )
-    return web.json_response(view)
+    return _json(view)
 
 
 async def get_receipt(request: web.Request) -> web.Response:
@@ -187,26 +188,23 @@ async def get_receipt(request: web.Request) -> web.Response:
         kind="response",
         blob=receipt.response_ciphertext,
     )
-    return web.json_response(receipt_view(receipt, decode_response(plaintext)))
+    return _json(receipt_view(receipt, decode_response(plaintext)))
 
 
 async def post_reconcile(request: web.Request) -> web.Response:
     effect = await _load(request)
     engine = request.app[PROXY_STATE].engine
     updated = await engine.reconcile_now(effect, actor=_actor(request))
-    return web.json_response(effect_view(updated), status=202)
+    return _json(effect_view(updated), status=202)
 
 
 async def post_resolve(request: web.Request) -> web.Response:
-    try:
-        body = await request.json()
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        raise InvalidResolution("body", "is not valid JSON") from None
-    resolution = parse_resolution(body)
+    """Validated before the effect is loaded: a malformed request changes nothing."""
+    resolution = parse_resolution_body(await request.read())
     effect = await _load(request)
     engine = request.app[PROXY_STATE].engine
     updated = await engine.resolve(effect, resolution, actor=_actor(request))
-    return web.json_response(effect_view(updated))
+    return _json(effect_view(updated))
 
 
 # -- the application --------------------------------------------------------------------

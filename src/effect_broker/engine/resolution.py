@@ -18,7 +18,6 @@ from typing import Any
 from effect_broker.engine.messages import StoredResponse
 from effect_broker.errors import (
     AlreadySettled,
-    InvalidResolution,
     NotReconcilable,
     NotResolvable,
     RequeueRefused,
@@ -26,10 +25,6 @@ from effect_broker.errors import (
 from effect_broker.models import Effect, EffectStatus, ReceiptSource
 from effect_broker.state_machine import TERMINAL, check_transition, is_allowed
 
-MAX_REASON = 1000
-MAX_EXTERNAL_ID = 255
-MAX_EVIDENCE_BYTES = 16 * 1024
-RESOLUTION_FIELDS = frozenset({"resolution", "reason", "evidence", "external_id"})
 AWAITING_OPERATOR = frozenset({EffectStatus.OUTCOME_UNKNOWN, EffectStatus.MANUAL_REVIEW})
 
 
@@ -45,51 +40,6 @@ class ResolutionRequest:
     reason: str
     evidence: Mapping[str, Any]
     external_id: str | None
-
-
-def parse_resolution(body: object) -> ResolutionRequest:
-    """Validate ``POST .../resolve``; unknown fields are refused so typos are not lost."""
-    if not isinstance(body, dict):
-        raise InvalidResolution("body", "must be a JSON object")
-    unknown = sorted(set(body) - RESOLUTION_FIELDS)
-    if unknown:
-        raise InvalidResolution(
-            unknown[0], f"is not known; use {', '.join(sorted(RESOLUTION_FIELDS))}"
-        )
-    try:
-        resolution = Resolution(str(body.get("resolution")))
-    except ValueError:
-        raise InvalidResolution(
-            "resolution", f"must be one of {', '.join(r.value for r in Resolution)}"
-        ) from None
-    reason = body.get("reason")
-    if not isinstance(reason, str) or not reason.strip():
-        raise InvalidResolution(
-            "reason", "is required: say why, for whoever reads this history next"
-        )
-    if len(reason) > MAX_REASON:
-        raise InvalidResolution("reason", f"is longer than {MAX_REASON} characters")
-    evidence = body.get("evidence", {})
-    if not isinstance(evidence, dict):
-        raise InvalidResolution("evidence", "must be a JSON object")
-    if resolution is Resolution.SUCCEEDED and not evidence:
-        raise InvalidResolution(
-            "evidence",
-            "is required to resolve as succeeded: say where you saw the effect, e.g. "
-            '{"external_id": "ch_1", "checked_in": "stripe dashboard"}',
-        )
-    if len(json.dumps(evidence).encode()) > MAX_EVIDENCE_BYTES:
-        raise InvalidResolution("evidence", f"is larger than {MAX_EVIDENCE_BYTES} bytes")
-    external_id = body.get("external_id")
-    if external_id is not None and (
-        not isinstance(external_id, str)
-        or not external_id.strip()
-        or len(external_id) > MAX_EXTERNAL_ID
-    ):
-        raise InvalidResolution(
-            "external_id", f"must be a non-blank string of at most {MAX_EXTERNAL_ID}"
-        )
-    return ResolutionRequest(resolution, reason.strip(), evidence, external_id)
 
 
 def _refuse_settled(effect: Effect) -> None:
