@@ -12,6 +12,7 @@ from aiohttp import web
 from pydantic import SecretStr
 
 from effect_broker.admin.app import build_admin_app
+from effect_broker.admin.state import AdminState
 from effect_broker.proxy.app import build_proxy_app
 from effect_broker.proxy.connect import ConnectPolicy, FrontProtocol
 from effect_broker.proxy.state import ProxyState
@@ -58,6 +59,18 @@ async def _close(server: asyncio.Server) -> None:
     await server.wait_closed()
 
 
+def admin_state(state: ProxyState) -> AdminState:
+    """The part of the running process the admin API may use."""
+    return AdminState(
+        store=state.store,
+        keyring=state.keyring,
+        engine=state.engine,
+        metrics=state.metrics,
+        tenant=state.tenant,
+        gateway=state.gateway,
+    )
+
+
 def connect_policy(state: ProxyState) -> ConnectPolicy:
     return ConnectPolicy(
         is_guarded=state.config.table.is_guarded_host,
@@ -99,7 +112,9 @@ async def serve_until_stopped(
         if reconcile:
             await stack.enter_async_context(reconciling(state))
         admin_address = await start_site(
-            stack, build_admin_app(state, admin_token=admin_token), admin_listen
+            stack,
+            build_admin_app(admin_state(state), admin_token=admin_token),
+            admin_listen,
         )
         if on_ready is not None:
             result = on_ready(proxy_address, admin_address)

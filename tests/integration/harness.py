@@ -30,7 +30,7 @@ from effect_broker.proxy.app import build_proxy_app
 from effect_broker.proxy.connect import ConnectPolicy
 from effect_broker.proxy.state import ProxyState
 from effect_broker.runtime import open_runtime
-from effect_broker.server import connect_policy, start_site
+from effect_broker.server import admin_state, connect_policy, start_site
 from tests.support import load_example
 
 payment_target = load_example("payment_target")
@@ -241,6 +241,6 @@ async def running_broker(
         state = await stack.enter_async_context(open_runtime(options, config))
         proxy_url = await _serve(stack, build_proxy_app(state), connect_policy(state))
         admin_url = await _serve(
-            stack, build_admin_app(state, admin_token=options.admin_token)
+            stack, build_admin_app(admin_state(state), admin_token=options.admin_token)
         )
         yield Broker(proxy_url, admin_url, target_url, target_db, state)

@@ -24,6 +24,7 @@ import pytest
 
 from effect_broker.admin.app import build_admin_app
 from effect_broker.models import EffectStatus
+from effect_broker.server import admin_state
 from effect_broker.tenancy import new_api_key
 from tests.integration.harness import (
     PROBLEMS,
@@ -93,7 +94,7 @@ async def admin_broker(
     settings.setdefault("timeout", "500ms")
     async with (
         running_broker(database_url, tmp_path, **settings) as broker,
-        serve_app(build_admin_app(broker.state, admin_token=token)) as url,
+        serve_app(build_admin_app(admin_state(broker.state), admin_token=token)) as url,
     ):
         yield Admin(broker, url, token)
 
@@ -724,7 +725,7 @@ def _refs(node: Any) -> list[str]:
 async def test_openapi_documents_every_route_the_app_serves(admin: Admin) -> None:
     answer = await admin.get("/openapi.json", token=None)
     document = answer.json
-    app = build_admin_app(admin.broker.state, admin_token=TOKEN)
+    app = build_admin_app(admin_state(admin.broker.state), admin_token=TOKEN)
 
     served = {
         (route.resource.canonical, route.method.lower())

@@ -21,6 +21,7 @@ from pydantic import BaseModel, SecretStr
 from effect_broker.admin.auth import ADMIN_TOKEN, TENANT, configured_token, require_token
 from effect_broker.admin.openapi import openapi_document
 from effect_broker.admin.schemas import Health, Readiness
+from effect_broker.admin.state import ADMIN_STATE, AdminState
 from effect_broker.admin.validation import (
     NoSuchEvent,
     parse_effect_id,
@@ -48,7 +49,6 @@ from effect_broker.errors import (
 from effect_broker.history import fold_events
 from effect_broker.models import Effect
 from effect_broker.problems import problem_response
-from effect_broker.proxy.state import PROXY_STATE, ProxyState
 
 log = logging.getLogger("effect_broker.admin")
 
@@ -69,7 +69,7 @@ async def healthz(request: web.Request) -> web.Response:
 
 async def readyz(request: web.Request) -> web.Response:
     """Ready: the ledger answers and its schema is the one this build expects."""
-    store = request.app[PROXY_STATE].store
+    store = request.app[ADMIN_STATE].store
     try:
         await store.ping()
         pending = await store.pending_migrations()
@@ -83,7 +83,7 @@ async def readyz(request: web.Request) -> web.Response:
     return _json(Readiness(status="ready"))
 
 
-async def refresh_unknown_gauges(state: ProxyState) -> None:
+async def refresh_unknown_gauges(state: AdminState) -> None:
     """Set the unknown-effect gauges from the ledger, the only authority on them.
 
     Series seen before are set to 0 first, so a route whose last unknown effect was
@@ -107,7 +107,7 @@ async def refresh_unknown_gauges(state: ProxyState) -> None:
 
 async def metrics(request: web.Request) -> web.Response:
     """Prometheus text; open because it carries routes and counts, never tenants."""
-    state = request.app[PROXY_STATE]
+    state = request.app[ADMIN_STATE]
     await refresh_unknown_gauges(state)
     return web.Response(
         body=generate_latest(state.metrics.registry),
@@ -126,7 +126,7 @@ async def openapi(request: web.Request) -> web.Response:
 async def _load(request: web.Request) -> Effect:
     effect_id = parse_effect_id(request.match_info["effect_id"])
     try:
-        return await request.app[PROXY_STATE].store.get(request[TENANT], effect_id)
+        return await request.app[ADMIN_STATE].store.get(request[TENANT], effect_id)
     except EffectNotFound:
         raise EffectNotFound(f"no effect {effect_id} for this tenant") from None
 
@@ -137,7 +137,7 @@ def _actor(request: web.Request) -> str:
 
 async def list_effects(request: web.Request) -> web.Response:
     query = parse_list_query(request.query)
-    page = await request.app[PROXY_STATE].store.list_effects(
+    page = await request.app[ADMIN_STATE].store.list_effects(
         request[TENANT],
         list_filter(query, datetime.now(UTC)),
         cursor=decode_cursor(query.cursor) if query.cursor else None,
@@ -150,7 +150,7 @@ async def get_effect(request: web.Request) -> web.Response:
     """The effect, its event history (optionally folded at a sequence) and attempts."""
     at_sequence = parse_inspect_query(request.query).at_sequence
     effect = await _load(request)
-    store, tenant = request.app[PROXY_STATE].store, request[TENANT]
+    store, tenant = request.app[ADMIN_STATE].store, request[TENANT]
     events, attempts, first_bad = await asyncio.gather(
         store.events(tenant, effect.effect_id),
         store.attempts(tenant, effect.effect_id),
@@ -175,7 +175,7 @@ async def get_effect(request: web.Request) -> web.Response:
 async def get_receipt(request: web.Request) -> web.Response:
     """The stored answer, decrypted for its own tenant; 404 until the effect settles."""
     effect = await _load(request)
-    state = request.app[PROXY_STATE]
+    state = request.app[ADMIN_STATE]
     receipt = await state.store.receipt(request[TENANT], effect.effect_id)
     if receipt is None:
         raise NoReceipt(
@@ -193,7 +193,7 @@ async def get_receipt(request: web.Request) -> web.Response:
 
 async def post_reconcile(request: web.Request) -> web.Response:
     effect = await _load(request)
-    engine = request.app[PROXY_STATE].engine
+    engine = request.app[ADMIN_STATE].engine
     updated = await engine.reconcile_now(effect, actor=_actor(request))
     return _json(effect_view(updated), status=202)
 
@@ -202,7 +202,7 @@ async def post_resolve(request: web.Request) -> web.Response:
     """Validated before the effect is loaded: a malformed request changes nothing."""
     resolution = parse_resolution_body(await request.read())
     effect = await _load(request)
-    engine = request.app[PROXY_STATE].engine
+    engine = request.app[ADMIN_STATE].engine
     updated = await engine.resolve(effect, resolution, actor=_actor(request))
     return _json(effect_view(updated))
 
@@ -247,7 +247,7 @@ async def problems(request: web.Request, handler: Handler) -> web.StreamResponse
 
 
 def build_admin_app(
-    state: ProxyState, *, admin_token: SecretStr | str | None = None
+    state: AdminState, *, admin_token: SecretStr | str | None = None
 ) -> web.Application:
     """The admin app for ``state``; ``admin_token`` unlocks ``/v1`` in sidecar mode.
 
@@ -255,7 +255,7 @@ def build_admin_app(
     that settles effects by hand must never be open by default.
     """
     app = web.Application(middlewares=[problems, require_token])
-    app[PROXY_STATE] = state
+    app[ADMIN_STATE] = state
     token = configured_token(admin_token)
     if token is not None:
         app[ADMIN_TOKEN] = token

@@ -15,13 +15,13 @@ from aiohttp import web
 from aiohttp.typedefs import Handler
 from pydantic import SecretStr
 
+from effect_broker.admin.state import ADMIN_STATE
 from effect_broker.errors import (
     AdminTokenNotConfigured,
     EffectBrokerError,
     Unauthorized,
 )
 from effect_broker.problems import problem_response
-from effect_broker.proxy.state import PROXY_STATE
 
 PROTECTED_PREFIX = "/v1/"
 REALM = 'Bearer realm="effect-broker-admin"'
@@ -49,7 +49,7 @@ def _refuse(error: EffectBrokerError, *, invalid: bool) -> web.Response:
 
 async def _tenant(request: web.Request) -> str | web.Response:
     """The caller's tenant, or the 401 answer explaining what is missing."""
-    state = request.app[PROXY_STATE]
+    state = request.app[ADMIN_STATE]
     token = bearer(request)
     if state.gateway is None:
         expected = request.app.get(ADMIN_TOKEN)
