@@ -25,6 +25,7 @@ FILE_FIELD = "(file)"
 TOP_LEVEL_FIELD = "(top level)"
 
 DataPath = tuple[str | int, ...]
+_MERGE_TAG = "tag:yaml.org,2002:merge"
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,6 +150,10 @@ class _Reader:
     def mapping(self, node: yaml.MappingNode, path: DataPath) -> dict[str, object]:
         found: dict[str, object] = {}
         for key_node, value_node in node.value:
+            if key_node.tag == _MERGE_TAG:  # a merged field would have no line of its own
+                message = "merge keys (<<) are not supported; write the fields out"
+                self.report(key_node, (*path, "<<"), message)
+                continue
             key = self.scalar(key_node) if isinstance(key_node, yaml.ScalarNode) else None
             if not isinstance(key, str):
                 got = describe(key) if key is not None else "a mapping or list"
