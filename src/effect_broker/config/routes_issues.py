@@ -16,12 +16,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Annotated, Literal, Union, get_args, get_origin
 
-import annotated_types
 from pydantic import BaseModel, ValidationError
 from pydantic.fields import FieldInfo
 from pydantic_core import ErrorDetails
 
-from effect_broker.config.durations import DURATION_PATTERN
 from effect_broker.config.routes_models import (
     HEADER_VALUE_PATTERN,
     JSON_POINTER_PATTERN,
@@ -59,8 +57,6 @@ PATTERN_HINTS: dict[str, str] = {
     UPSTREAM_PATTERN: "expected an http:// or https:// URL with a host and no query or "
     "fragment, e.g. https://api.example.com, got {value}",
     HEADER_VALUE_PATTERN: "a header value cannot contain a line break",
-    DURATION_PATTERN: "{value} is not a duration: a positive integer and one unit of "
-    "ms, s, m, h, d (e.g. 500ms, 2s, 24h)",
 }
 
 TRANSACTIONAL_REFUSAL = (
@@ -212,8 +208,9 @@ def _choices(annotation: object) -> tuple[object, ...]:
 
 
 def _integer(metadata: Sequence[object]) -> str:
-    low = next((m.ge for m in metadata if isinstance(m, annotated_types.Ge)), None)
-    high = next((m.le for m in metadata if isinstance(m, annotated_types.Le)), None)
+    # pydantic keeps Field(ge=..., le=...) as annotated-types Ge and Le objects
+    low = next((m.ge for m in metadata if hasattr(m, "ge")), None)
+    high = next((m.le for m in metadata if hasattr(m, "le")), None)
     if low is not None and high is not None:
         return f"an integer from {low} to {high}"
     if low is not None:
