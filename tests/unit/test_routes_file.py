@@ -11,11 +11,11 @@ import pytest
 
 from effect_broker.config.routes_config import RoutesConfig
 from effect_broker.config.routes_file import (
-    env_references,
     load_routes,
     parse_routes,
     resolve_inject_headers,
 )
+from effect_broker.config.secret_refs import env_references
 from effect_broker.errors import ConfigError, ConfigIssue
 from effect_broker.models import SafetyClass
 
@@ -276,6 +276,38 @@ def test_every_issue_is_collected_before_raising() -> None:
     }
 
 
+def test_keys_must_be_strings() -> None:
+    issue = only_issue("version: 1\ncontracts: []\nroutes: []\n1: x\n")
+    assert (issue.line, issue.field) == (4, "(top level)")
+    assert "keys are strings, got the number 1" in issue.message
+
+
+def test_merge_keys_are_refused_rather_than_read_without_lines() -> None:
+    found = issues_of("""\
+        version: 1
+        contracts:
+          - &base {name: email, version: "1", safety: unsafe}
+          - <<: *base
+            name: email2
+        routes: []
+        """)
+    assert (4, "contracts[1].<<") in located(found)
+    assert any("merge keys (<<) are not supported" in issue.message for issue in found)
+
+
+def test_an_explicit_null_is_refused_not_read_as_absent() -> None:
+    issue = only_issue(
+        with_routes("""\
+          - name: charge
+            match: {method: POST, host: pay.internal, path: /c}
+            upstream:
+            contract: pay
+        """)
+    )
+    assert (issue.line, issue.field) == (23, "routes[0].upstream")
+    assert "got nothing (null)" in issue.message
+
+
 # --- contract refusals ---
 
 
@@ -313,6 +345,47 @@ def test_wrong_types_name_line_and_field(line: str, expected: str) -> None:
     assert issue.field == f"contracts[0].{key}"
     assert issue.line == (4 if key == "version" else 5) + 1
     assert expected in issue.message
+
+
+def test_missing_safety_lists_the_classes_and_other_fields_are_still_checked() -> None:
+    found = issues_of("""\
+        version: 1
+        contracts:
+          - name: pay
+            timeout: soon
+        routes: []
+        """)
+    assert located(found) == {
+        (3, "contracts[0].safety"),
+        (3, "contracts[0].version"),
+        (4, "contracts[0].timeout"),
+    }
+    [safety] = [issue for issue in found if issue.field.endswith("safety")]
+    assert "idempotent | reconcilable | unsafe" in safety.message
+
+
+def test_unknown_contract_key_suggests_and_lists_that_class_keys() -> None:
+    issue = only_issue("""\
+        version: 1
+        contracts:
+          - {name: email, version: "1", safety: unsafe, timout: 1s}
+        routes: []
+        """)
+    assert (issue.line, issue.field) == (3, "contracts[0].timout")
+    assert "did you mean 'timeout'" in issue.message
+    assert "allowed keys: name, version, safety, timeout, retry_limit" in issue.message
+
+
+@pytest.mark.parametrize(
+    ("status", "field"),
+    [("700", "found.status"), ("[200, 700]", "found.status[1]")],
+)
+def test_probe_status_errors_name_the_code(status: str, field: str) -> None:
+    issue = only_issue(
+        CONTRACTS.replace("{status: [200]", f"{{status: {status}") + "routes: []\n"
+    )
+    assert (issue.line, issue.field) == (15, f"contracts[1].probe.{field}")
+    assert "expected an integer from 100 to 599, got the number 700" in issue.message
 
 
 def test_contracts_must_be_a_list() -> None:
@@ -581,7 +654,9 @@ def test_strip_prefix_must_be_leading_segments_of_the_path(prefix: str) -> None:
         """)
     )
     assert (issue.line, issue.field) == (23, "routes[0].strip_prefix")
-    assert "is not a prefix of match.path '/stripe/v1/charges'" in issue.message
+    assert f"{prefix!r} is not a prefix of match.path" in issue.message
+    if prefix.startswith("/"):  # well-formed, so compared with this route's path
+        assert "match.path '/stripe/v1/charges'" in issue.message
 
 
 @pytest.mark.parametrize(

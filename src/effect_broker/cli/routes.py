@@ -1,4 +1,5 @@
-"""``effect-broker routes ...``: check a routes file before a proxy ever loads it."""
+"""``effect-broker routes ...``: check a routes file before a proxy ever loads it, and
+publish its JSON Schema so an editor can check it while it is written."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from rich.table import Table
 from effect_broker.config.durations import format_duration
 from effect_broker.config.routes_config import RoutesConfig
 from effect_broker.config.routes_file import load_routes
+from effect_broker.config.routes_schema import render_routes_schema
 from effect_broker.errors import ConfigError
 
 routes_app = typer.Typer(help="Inspect and validate routes.yaml.", no_args_is_help=True)
@@ -39,6 +41,16 @@ def validate(
     console.print(routes_table(config))
     console.print(contracts_table(config))
     console.print(f"{path}: valid ({len(config.routes)} routes)")
+
+
+@routes_app.command("schema")
+def schema() -> None:
+    """Print the JSON Schema of routes.yaml, as committed in routes.schema.json.
+
+    Point an editor at it with a first line such as
+    # yaml-language-server: $schema=./routes.schema.json
+    """
+    typer.echo(render_routes_schema(), nl=False)
 
 
 def routes_table(config: RoutesConfig) -> Table:

@@ -17,7 +17,9 @@ _UNITS: dict[str, timedelta] = {
     "h": timedelta(hours=1),
     "d": timedelta(days=1),
 }
-_DURATION = re.compile(r"([1-9][0-9]*)(ms|s|m|h|d)")
+# Also published in routes.schema.json, so editors refuse what this module refuses.
+DURATION_PATTERN = r"^([1-9][0-9]*)(ms|s|m|h|d)$"
+_DURATION = re.compile(DURATION_PATTERN)
 _EXPECTED = (
     "expected a positive integer and one unit of ms, s, m, h, d (e.g. 500ms, 2s, 24h)"
 )
