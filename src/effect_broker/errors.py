@@ -100,6 +100,13 @@ class TooManyConnections(EffectBrokerError):
     status = 503
 
 
+class InvalidTenantName(EffectBrokerError):
+    """The tenant name cannot be used."""
+
+    problem_type = "invalid-tenant-name"
+    status = 400
+
+
 class RouteRefused(EffectBrokerError):
     """This proxy refuses the request by policy."""
 
