@@ -80,6 +80,34 @@ class BodyTooLarge(EffectBrokerError):
     status = 413
 
 
+class MalformedRequest(EffectBrokerError):
+    """The request is not valid HTTP, or carries bytes no route can mean."""
+
+    problem_type = "malformed-request"
+    status = 400
+
+
+class RequestTimeout(EffectBrokerError):
+    """The client did not send a request in time."""
+
+    problem_type = "request-timeout"
+    status = 408
+
+
+class TooManyConnections(EffectBrokerError):
+    """The proxy is at its limit of open client connections."""
+
+    problem_type = "too-many-connections"
+    status = 503
+
+
+class InvalidTenantName(EffectBrokerError):
+    """The tenant name cannot be used."""
+
+    problem_type = "invalid-tenant-name"
+    status = 400
+
+
 class RouteRefused(EffectBrokerError):
     """This proxy refuses the request by policy."""
 

@@ -15,6 +15,12 @@ from effect_broker.admin.app import build_admin_app
 from effect_broker.admin.state import AdminState
 from effect_broker.proxy.app import build_proxy_app
 from effect_broker.proxy.connect import ConnectPolicy, FrontProtocol
+from effect_broker.proxy.edge import (
+    ConnectionGate,
+    EdgeLimits,
+    handler_factory,
+    quiet_accept_errors,
+)
 from effect_broker.proxy.state import ProxyState
 from effect_broker.reconciler import Reconciler
 
@@ -32,23 +38,35 @@ async def start_site(
     address: str,
     *,
     connect: ConnectPolicy | None = None,
+    edge: EdgeLimits | None = None,
 ) -> tuple[str, int]:
     """Start ``app`` on ``address``; returns the bound address (port 0 picks one).
 
-    With ``connect`` each connection first meets the CONNECT front (proxy port only).
+    With ``connect`` each connection first meets the CONNECT front (proxy port only),
+    which also caps open connections and bounds the wait for a first byte.
     """
+    edge = edge or EdgeLimits()
     runner = web.AppRunner(app, access_log=None, handle_signals=False)
     await runner.setup()
     stack.push_async_callback(runner.cleanup)
     http = runner.server
     assert http is not None
-    factory: Callable[[], asyncio.Protocol] = (
-        http if connect is None else partial(FrontProtocol, http, connect)
-    )
+    loop = asyncio.get_running_loop()
+    factory: Callable[[], asyncio.Protocol]
+    if connect is None:
+        factory = handler_factory(http, keepalive_timeout=edge.keepalive_timeout)
+    else:
+        gate = ConnectionGate(edge.max_connections)
+        factory = partial(
+            FrontProtocol,
+            handler_factory(http, keepalive_timeout=edge.keepalive_timeout, gate=gate),
+            connect,
+            gate=gate,
+            header_timeout=edge.header_timeout,
+        )
+        quiet_accept_errors(loop)
     host, port = split_address(address)
-    server = await asyncio.get_running_loop().create_server(
-        factory, host, port, reuse_address=True
-    )
+    server = await loop.create_server(factory, host, port, reuse_address=True)
     stack.push_async_callback(_close, server)
     bound = server.sockets[0].getsockname()
     return str(bound[0]), int(bound[1])
@@ -100,6 +118,7 @@ async def serve_until_stopped(
     | None = None,
     reconcile: bool = True,
     admin_token: SecretStr | None = None,
+    edge: EdgeLimits | None = None,
 ) -> None:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -107,7 +126,11 @@ async def serve_until_stopped(
         loop.add_signal_handler(signum, stop.set)
     async with AsyncExitStack() as stack:
         proxy_address = await start_site(
-            stack, build_proxy_app(state), listen, connect=connect_policy(state)
+            stack,
+            build_proxy_app(state, edge=edge),
+            listen,
+            connect=connect_policy(state),
+            edge=edge,
         )
         if reconcile:
             await stack.enter_async_context(reconciling(state))

@@ -17,11 +17,34 @@ import secrets
 import time
 from dataclasses import dataclass
 
-from effect_broker.errors import ProxyAuthenticationRequired
+from effect_broker.errors import InvalidTenantName, ProxyAuthenticationRequired
 from effect_broker.store import Store
 
 KEY_PREFIX = "ebk"
 CACHE_SECONDS = 60.0
+MAX_TENANT = 128
+
+
+def check_tenant_name(tenant: str) -> None:
+    """Refuse a tenant name that could never authenticate at the gateway.
+
+    Basic credentials split ``user:password`` at the first colon, so a tenant named
+    ``al:ice`` would arrive as tenant ``al`` and fail every time; such a name is refused
+    when it is created rather than discovered in production.
+    """
+    if not tenant or len(tenant) > MAX_TENANT:
+        raise InvalidTenantName(f"a tenant name is 1-{MAX_TENANT} characters long")
+    if ":" in tenant:
+        raise InvalidTenantName(
+            f"tenant name {tenant!r} contains a colon; Proxy-Authorization Basic "
+            "credentials end the user name at the first colon, so this tenant could "
+            "never authenticate. Choose a name without ':' (e.g. "
+            f"{tenant.replace(':', '-')!r})"
+        )
+    if not tenant.isprintable() or tenant != tenant.strip():
+        raise InvalidTenantName(
+            "a tenant name must be printable text without leading or trailing spaces"
+        )
 
 
 @dataclass(frozen=True, slots=True)

@@ -50,4 +50,5 @@ def with_current_context(headers: Iterable[tuple[str, str]]) -> list[tuple[str, 
 
 def key_digest(operation_key: str) -> str:
     """What logs and spans may say of an operation key: enough to correlate, no more."""
-    return hashlib.sha256(operation_key.encode()).hexdigest()[:16]
+    # surrogatepass: a digest must never be the thing that fails on odd input.
+    return hashlib.sha256(operation_key.encode("utf-8", "surrogatepass")).hexdigest()[:16]

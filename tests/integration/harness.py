@@ -28,6 +28,7 @@ from effect_broker.config.settings import Settings
 from effect_broker.crypto import MasterKey
 from effect_broker.proxy.app import build_proxy_app
 from effect_broker.proxy.connect import ConnectPolicy
+from effect_broker.proxy.edge import EdgeLimits
 from effect_broker.proxy.state import ProxyState
 from effect_broker.runtime import open_runtime
 from effect_broker.server import admin_state, connect_policy, start_site
@@ -107,9 +108,12 @@ class Broker:
 
 
 async def _serve(
-    stack: AsyncExitStack, app: web.Application, connect: ConnectPolicy | None = None
+    stack: AsyncExitStack,
+    app: web.Application,
+    connect: ConnectPolicy | None = None,
+    edge: EdgeLimits | None = None,
 ) -> str:
-    host, port = await start_site(stack, app, "127.0.0.1:0", connect=connect)
+    host, port = await start_site(stack, app, "127.0.0.1:0", connect=connect, edge=edge)
     return f"http://{host}:{port}"
 
 
@@ -239,7 +243,10 @@ async def running_broker(
             **settings,
         )
         state = await stack.enter_async_context(open_runtime(options, config))
-        proxy_url = await _serve(stack, build_proxy_app(state), connect_policy(state))
+        edge = EdgeLimits.from_settings(options)
+        proxy_url = await _serve(
+            stack, build_proxy_app(state, edge=edge), connect_policy(state), edge
+        )
         admin_url = await _serve(
             stack, build_admin_app(admin_state(state), admin_token=options.admin_token)
         )

@@ -109,4 +109,5 @@ async def test_plain_requests_still_reach_aiohttp_after_the_first_bytes(
         writer.close()
     # aiohttp's own parser answered: the bytes were handed over, not held back.
     assert b" 400 Bad Request" in answer
-    assert b"Invalid method" in answer
+    assert b"application/problem+json" in answer
+    assert b"BadHttpMethod" in answer

@@ -21,6 +21,7 @@ from effect_broker.config.routes_file import load_routes
 from effect_broker.config.settings import Settings
 from effect_broker.errors import EffectBrokerError
 from effect_broker.failpoints import ARMED
+from effect_broker.proxy.edge import EdgeLimits
 from effect_broker.runtime import open_runtime
 from effect_broker.server import serve_until_stopped
 
@@ -63,6 +64,7 @@ async def run_proxy(
             on_ready=ready,
             reconcile=settings.reconciler,
             admin_token=settings.admin_token,
+            edge=EdgeLimits.from_settings(settings),
         )
 
 

@@ -11,13 +11,14 @@ from rich.console import Console
 from effect_broker.cli.options import DatabaseUrl, require_database
 from effect_broker.errors import EffectBrokerError
 from effect_broker.store import Store
-from effect_broker.tenancy import NewApiKey, new_api_key
+from effect_broker.tenancy import NewApiKey, check_tenant_name, new_api_key
 
 tenants_app = typer.Typer(help="Manage gateway tenants and their API keys.")
 console = Console(soft_wrap=True, highlight=False)
 
 
 async def _add(database_url: str, tenant: str) -> NewApiKey:
+    check_tenant_name(tenant)
     store = await Store.connect(database_url, max_size=1)
     try:
         key = new_api_key()
@@ -29,7 +30,7 @@ async def _add(database_url: str, tenant: str) -> NewApiKey:
 
 @tenants_app.command("add")
 def add(
-    tenant: Annotated[str, typer.Argument(help="tenant id, 1-128 characters")],
+    tenant: Annotated[str, typer.Argument(help="tenant id, 1-128 characters, no ':'")],
     database_url: DatabaseUrl = None,
 ) -> None:
     """Create TENANT (if new) and print a new API key for it, once."""

@@ -46,6 +46,28 @@ class Settings(BaseSettings):
         ge=0,
         description="Memory for replayed receipts answered without the database.",
     )
+    max_passthrough_bytes: int = Field(
+        10 * 1024 * 1024,
+        ge=0,
+        description="Largest Content-Length body passed through unrecorded (413 "
+        "beyond); a chunked body is streamed through as it comes.",
+    )
+    keepalive_timeout: timedelta = Field(
+        timedelta(seconds=15),
+        description="How long a client connection may sit idle, or take to send a "
+        "request head, before it is closed.",
+    )
+    header_timeout: timedelta = Field(
+        timedelta(seconds=10),
+        description="How long a new connection may take to send its first bytes (and a "
+        "CONNECT its whole head) before it gets a 408 and is closed.",
+    )
+    max_connections: int = Field(
+        1024,
+        ge=1,
+        description="Open client connections on the proxy port; beyond it a new one "
+        "gets a 503 and is closed. Keep it well below the file limit (ulimit -n).",
+    )
     reconciler: bool = Field(
         True, description="Run the built-in reconciler inside the proxy process."
     )
@@ -79,7 +101,13 @@ class Settings(BaseSettings):
     pool_min_size: int = Field(1, ge=1)
     pool_max_size: int = Field(10, ge=1)
 
-    @field_validator("lease_grace", "upstream_queue_timeout", mode="before")
+    @field_validator(
+        "lease_grace",
+        "upstream_queue_timeout",
+        "keepalive_timeout",
+        "header_timeout",
+        mode="before",
+    )
     @classmethod
     def _duration(cls, value: object) -> object:
         """Durations read like routes.yaml's: ``500ms``, ``5s``, ``2m``."""

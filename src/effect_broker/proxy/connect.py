@@ -6,6 +6,10 @@ explanation; for every other host ``proxy.connect`` decides: ``tunnel`` pipes by
 ways, ``refuse`` answers 403. aiohttp's server cannot hand a connection over to a raw
 pipe, so each new connection first meets ``FrontProtocol``: it looks at the first bytes,
 and anything that is not CONNECT is handed to aiohttp's own protocol unchanged.
+
+The front is also where a connection is first seen, so it enforces the connection cap
+(a 503 on the raw transport beyond it) and the wait for a first byte: a client that
+connects and says nothing is closed after ``header_timeout`` with a 408.
 """
 
 from __future__ import annotations
@@ -16,7 +20,14 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from effect_broker.errors import PROBLEM_TYPE_BASE, RouteRefused
+from effect_broker.errors import (
+    PROBLEM_TYPE_BASE,
+    EffectBrokerError,
+    RequestTimeout,
+    RouteRefused,
+    TooManyConnections,
+)
+from effect_broker.proxy.edge import ConnectionGate
 
 log = logging.getLogger("effect_broker.connect")
 
@@ -49,9 +60,11 @@ class ConnectPolicy:
         return None
 
 
-def problem_bytes(status: int, reason: str, detail: str) -> bytes:
+def problem_bytes(
+    status: int, reason: str, detail: str, kind: type[EffectBrokerError] = RouteRefused
+) -> bytes:
     """A complete RFC 9457 answer, for a connection aiohttp never saw."""
-    error = RouteRefused(detail)
+    error = kind(detail)
     body = json.dumps(
         {
             "type": PROBLEM_TYPE_BASE + error.problem_type,
@@ -83,10 +96,18 @@ class FrontProtocol(asyncio.Protocol):
     """Sees the first bytes of a connection: CONNECT is ours, the rest is aiohttp's."""
 
     def __init__(
-        self, http_factory: Callable[[], asyncio.Protocol], policy: ConnectPolicy
+        self,
+        http_factory: Callable[[], asyncio.Protocol],
+        policy: ConnectPolicy,
+        *,
+        gate: ConnectionGate | None = None,
+        header_timeout: float | None = None,
     ) -> None:
         self._http_factory = http_factory
         self._policy = policy
+        self._gate = gate  # set while this protocol owns a counted connection
+        self._header_timeout = header_timeout
+        self._head_timer: asyncio.TimerHandle | None = None
         self._buffer = bytearray()
         self._transport: asyncio.Transport | None = None
         self._upstream: asyncio.StreamWriter | None = None
@@ -96,6 +117,39 @@ class FrontProtocol(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
         self._transport = transport
+        gate = self._gate
+        if gate is not None and not gate.admit():
+            self._gate = None
+            self._answer_and_close(
+                503,
+                "Service Unavailable",
+                f"the proxy has {gate.limit} client connections open, its limit; "
+                "close idle connections or reuse one, then retry",
+                TooManyConnections,
+            )
+            return
+        if self._header_timeout is not None:
+            self._head_timer = asyncio.get_running_loop().call_later(
+                self._header_timeout, self._head_timed_out
+            )
+
+    def _head_timed_out(self) -> None:
+        self._head_timer = None
+        assert self._transport is not None
+        if self._transport.is_closing():
+            return
+        self._answer_and_close(
+            408,
+            "Request Timeout",
+            f"no complete request head within {self._header_timeout:g} s; "
+            "the connection is closed",
+            RequestTimeout,
+        )
+
+    def _stop_head_timer(self) -> None:
+        if self._head_timer is not None:
+            self._head_timer.cancel()
+            self._head_timer = None
 
     def data_received(self, data: bytes) -> None:
         if self._upstream is not None:
@@ -116,6 +170,10 @@ class FrontProtocol(asyncio.Protocol):
         return None
 
     def connection_lost(self, exc: Exception | None) -> None:
+        self._stop_head_timer()
+        if self._gate is not None:
+            self._gate.release()
+            self._gate = None
         if self._upstream is not None:
             self._upstream.close()
         if self._pump is not None:
@@ -123,12 +181,17 @@ class FrontProtocol(asyncio.Protocol):
 
     def _hand_to_http(self) -> None:
         assert self._transport is not None
+        self._stop_head_timer()
+        # aiohttp's own keep-alive timer bounds the rest of the head from here on, and
+        # its handler releases the connection's place in the gate when it closes.
+        self._gate = None
         protocol = self._http_factory()
         self._transport.set_protocol(protocol)
         protocol.connection_made(self._transport)
         protocol.data_received(bytes(self._buffer))
 
     def _connect(self) -> None:
+        self._stop_head_timer()
         head, _, rest = bytes(self._buffer).partition(b"\r\n\r\n")
         target = parse_authority(head)
         if target is None:
@@ -183,7 +246,14 @@ class FrontProtocol(asyncio.Protocol):
         if not self._transport.is_closing():
             self._transport.resume_reading()
 
-    def _answer_and_close(self, status: int, reason: str, detail: str) -> None:
+    def _answer_and_close(
+        self,
+        status: int,
+        reason: str,
+        detail: str,
+        kind: type[EffectBrokerError] = RouteRefused,
+    ) -> None:
         assert self._transport is not None
-        self._transport.write(problem_bytes(status, reason, detail))
+        self._stop_head_timer()
+        self._transport.write(problem_bytes(status, reason, detail, kind))
         self._transport.close()

@@ -9,6 +9,7 @@ the engine did as an answer. Every answer for a matched route carries ``Effect-I
 from __future__ import annotations
 
 import time
+import unicodedata
 from datetime import timedelta
 from typing import Any
 
@@ -45,6 +46,7 @@ from effect_broker.errors import (
 from effect_broker.headers import upstream_request_headers
 from effect_broker.models import Effect, SafetyClass
 from effect_broker.problems import effect_headers, problem_response
+from effect_broker.proxy.edge_input import printable
 from effect_broker.proxy.receipt_cache import SettledReplay
 from effect_broker.proxy.state import ProxyState
 from effect_broker.tracing import incoming_context, key_digest, tracer
@@ -72,8 +74,21 @@ def operation_key(request: web.Request, header: str) -> str:
         raise InvalidOperationKey(
             f"{header} is {len(key)} characters long; the limit is {MAX_OPERATION_KEY}"
         )
-    if any(ord(ch) < 0x20 or ord(ch) == 0x7F for ch in key):
-        raise InvalidOperationKey(f"{header} must not contain control characters")
+    try:
+        key.encode("utf-8")
+    except UnicodeEncodeError:
+        # aiohttp keeps undecodable header bytes as lone surrogates; nothing downstream
+        # (digest, ledger, logs) can carry them, so the key is refused here, by name.
+        raise InvalidOperationKey(
+            f"{header} must be valid UTF-8 text; it contains undecodable bytes"
+        ) from None
+    # Category Cc is C0, DEL and the C1 range (U+0080-U+009F, U+0085 included): a
+    # control character in a key is never intent, only a framing or copy-paste accident.
+    if any(unicodedata.category(ch) == "Cc" for ch in key):
+        raise InvalidOperationKey(
+            f"{header} must not contain control characters (tabs, line breaks, "
+            "U+0000-U+001F, U+007F-U+009F); use printable text such as 'order-42:charge'"
+        )
     return key
 
 
@@ -292,10 +307,12 @@ class EffectRequest:
 
     def _preview(self, body: bytes) -> dict[str, Any]:
         """What an operator may see without decrypting: shape, never values."""
+        content_type = self.request.headers.get("Content-Type")
+        # jsonb refuses U+0000 and lone surrogates: the preview shows them escaped.
         return {
             "method": self.request.method,
-            "path": self.request.rel_url.path,
-            "content_type": self.request.headers.get("Content-Type"),
+            "path": printable(self.request.rel_url.path),
+            "content_type": None if content_type is None else printable(content_type),
             "body_bytes": len(body),
         }
 

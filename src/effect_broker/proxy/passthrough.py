@@ -1,26 +1,60 @@
-"""Requests no route claims: forwarded untouched, streamed both ways, never recorded."""
+"""Requests no route claims: forwarded untouched, never recorded.
+
+Untouched includes the framing. A ``Content-Length`` body is read whole (up to the
+pass-through limit, 413 beyond) and sent with its length: handing aiohttp's stream to
+the client session would re-frame it as ``Transfer-Encoding: chunked``, which targets
+that only read ``Content-Length`` bodies (Python's ``http.server``, many embedded
+servers) receive as empty. A chunked body has no length to keep and is streamed through
+chunked. Userinfo in an absolute-form URL is dropped: aiohttp's client would turn it
+into ``Authorization: Basic`` for the target, a credential the client never sent as one.
+"""
 
 from __future__ import annotations
+
+import asyncio
 
 import aiohttp
 from aiohttp import web
 from yarl import URL
 
-from effect_broker.errors import UpstreamUnreachable
+from effect_broker.errors import BodyTooLarge, MalformedRequest, UpstreamUnreachable
 from effect_broker.headers import passthrough_request_headers, response_headers
 from effect_broker.problems import problem_response
+from effect_broker.proxy.edge import EDGE_LIMITS
 
 
 async def pass_through(
     request: web.Request, session: aiohttp.ClientSession
 ) -> web.StreamResponse:
-    has_body = request.body_exists
+    limit = request.app[EDGE_LIMITS].max_passthrough_bytes
+    length = request.content_length
+    data: bytes | aiohttp.StreamReader | None = None
+    if length is not None:
+        if length > limit:
+            response = problem_response(
+                BodyTooLarge(
+                    f"the body is {length} bytes; this proxy passes through at most "
+                    f"{limit} (EFFECT_BROKER_MAX_PASSTHROUGH_BYTES)"
+                )
+            )
+            response.force_close()  # the body was not read; the connection cannot stay
+            return response
+        try:
+            data = await request.content.readexactly(length) if length else b""
+        except asyncio.IncompleteReadError:
+            raise MalformedRequest(
+                f"the body ended before its Content-Length of {length} bytes; "
+                "nothing was forwarded"
+            ) from None
+    elif request.body_exists:
+        data = request.content
+    url = URL(request.raw_path, encoded=True).with_user(None)
     try:
         upstream = await session.request(
             request.method,
-            URL(request.raw_path, encoded=True),
+            url,
             headers=passthrough_request_headers(request.headers.items()),
-            data=request.content if has_body else None,
+            data=data,
             allow_redirects=False,
         )
     except (aiohttp.ClientError, OSError) as exc:

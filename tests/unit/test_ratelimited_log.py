@@ -1,0 +1,31 @@
+"""RateLimitedLog: one line per cause per interval, then a count of what it held back."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from effect_broker.ratelimited_log import RateLimitedLog
+
+
+def test_one_line_per_cause_per_interval_with_the_suppressed_count(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    now = [100.0]
+    limited = RateLimitedLog(logging.getLogger("t.ratelimit"), 10.0, lambda: now[0])
+    caplog.set_level(logging.INFO, "t.ratelimit")
+
+    written = [limited.error("store", "down: %s", i) for i in range(5)]
+    other = limited.error("accept", "no descriptors")
+    now[0] += 10.0
+    later = limited.error("store", "down: %s", "again")
+
+    assert written == [True, False, False, False, False]
+    assert other and later
+    assert [r.getMessage() for r in caplog.records] == [
+        "down: 0",
+        "no descriptors",
+        "down: again (4 similar lines suppressed in the last 10 s)",
+    ]
+    assert all(r.levelno == logging.ERROR for r in caplog.records)
