@@ -91,7 +91,9 @@ async def test_an_unreachable_tunnel_target_is_a_502_problem(broker: Broker) -> 
         writer.close()
 
     assert head.startswith(b"HTTP/1.1 502")
-    assert "could not reach 127.0.0.1:1" in json.loads(body)["detail"]
+    problem = json.loads(body)
+    assert problem["type"] == PROBLEMS + "upstream-unreachable"
+    assert "could not reach 127.0.0.1:1" in problem["detail"]
 
 
 async def test_plain_requests_still_reach_aiohttp_after_the_first_bytes(

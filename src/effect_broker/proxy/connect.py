@@ -15,18 +15,19 @@ connects and says nothing is closed after ``header_timeout`` with a 408.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from effect_broker.errors import (
-    PROBLEM_TYPE_BASE,
     EffectBrokerError,
+    MalformedRequest,
     RequestTimeout,
     RouteRefused,
     TooManyConnections,
+    UpstreamUnreachable,
 )
+from effect_broker.problems import problem_bytes
 from effect_broker.proxy.edge import ConnectionGate
 
 log = logging.getLogger("effect_broker.connect")
@@ -58,26 +59,6 @@ class ConnectPolicy:
         if not self.tunnel:
             return f"proxy.connect is refuse: this proxy does not tunnel to {authority}"
         return None
-
-
-def problem_bytes(
-    status: int, reason: str, detail: str, kind: type[EffectBrokerError] = RouteRefused
-) -> bytes:
-    """A complete RFC 9457 answer, for a connection aiohttp never saw."""
-    error = kind(detail)
-    body = json.dumps(
-        {
-            "type": PROBLEM_TYPE_BASE + error.problem_type,
-            "title": (type(error).__doc__ or "").strip(),
-            "status": status,
-            "detail": detail,
-        }
-    ).encode()
-    head = (
-        f"HTTP/1.1 {status} {reason}\r\nContent-Type: application/problem+json\r\n"
-        f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
-    )
-    return head.encode() + body
 
 
 def parse_authority(head: bytes) -> tuple[str, int] | None:
@@ -121,11 +102,10 @@ class FrontProtocol(asyncio.Protocol):
         if gate is not None and not gate.admit():
             self._gate = None
             self._answer_and_close(
-                503,
-                "Service Unavailable",
-                f"the proxy has {gate.limit} client connections open, its limit; "
-                "close idle connections or reuse one, then retry",
-                TooManyConnections,
+                TooManyConnections(
+                    f"the proxy has {gate.limit} client connections open, its limit; "
+                    "close idle connections or reuse one, then retry"
+                )
             )
             return
         if self._header_timeout is not None:
@@ -139,11 +119,10 @@ class FrontProtocol(asyncio.Protocol):
         if self._transport.is_closing():
             return
         self._answer_and_close(
-            408,
-            "Request Timeout",
-            f"no complete request head within {self._header_timeout:g} s; "
-            "the connection is closed",
-            RequestTimeout,
+            RequestTimeout(
+                f"no complete request head within {self._header_timeout:g} s; "
+                "the connection is closed"
+            )
         )
 
     def _stop_head_timer(self) -> None:
@@ -161,7 +140,7 @@ class FrontProtocol(asyncio.Protocol):
         elif len(self._buffer) >= len(CONNECT) and b"\r\n\r\n" in self._buffer:
             self._connect()
         elif len(self._buffer) > MAX_HEAD:
-            self._answer_and_close(400, "Bad Request", "the CONNECT head is too large")
+            self._answer_and_close(MalformedRequest("the CONNECT head is too large"))
 
     def eof_received(self) -> bool | None:
         if self._upstream is not None and self._upstream.can_write_eof():
@@ -195,12 +174,12 @@ class FrontProtocol(asyncio.Protocol):
         head, _, rest = bytes(self._buffer).partition(b"\r\n\r\n")
         target = parse_authority(head)
         if target is None:
-            self._answer_and_close(400, "Bad Request", "CONNECT needs host:port")
+            self._answer_and_close(MalformedRequest("CONNECT needs host:port"))
             return
         authority = f"{target[0]}:{target[1]}"
         refusal = self._policy.refusal(authority)
         if refusal is not None:
-            self._answer_and_close(403, "Forbidden", refusal)
+            self._answer_and_close(RouteRefused(refusal))
             return
         assert self._transport is not None
         self._transport.pause_reading()
@@ -214,7 +193,7 @@ class FrontProtocol(asyncio.Protocol):
             )
         except (OSError, TimeoutError) as exc:
             detail = f"could not reach {target[0]}:{target[1]}: {exc}"
-            self._answer_and_close(502, "Bad Gateway", detail)
+            self._answer_and_close(UpstreamUnreachable(detail))
             return
         self._upstream = writer
         self._transport.write(b"HTTP/1.1 200 Connection Established\r\n\r\n")
@@ -246,14 +225,8 @@ class FrontProtocol(asyncio.Protocol):
         if not self._transport.is_closing():
             self._transport.resume_reading()
 
-    def _answer_and_close(
-        self,
-        status: int,
-        reason: str,
-        detail: str,
-        kind: type[EffectBrokerError] = RouteRefused,
-    ) -> None:
+    def _answer_and_close(self, error: EffectBrokerError) -> None:
         assert self._transport is not None
         self._stop_head_timer()
-        self._transport.write(problem_bytes(status, reason, detail, kind))
+        self._transport.write(problem_bytes(error))
         self._transport.close()
