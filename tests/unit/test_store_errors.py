@@ -6,7 +6,7 @@ import asyncpg
 import pytest
 
 from effect_broker.errors import EffectBrokerError, StoreError, StoreUnavailable
-from effect_broker.store.postgres import _translated
+from effect_broker.store.translate import translated
 
 
 @pytest.mark.parametrize(
@@ -32,5 +32,5 @@ async def test_driver_errors_are_translated(
     raised: Exception, expected: type[EffectBrokerError]
 ) -> None:
     with pytest.raises(expected):
-        async with _translated():
+        async with translated():
             raise raised

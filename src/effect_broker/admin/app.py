@@ -37,7 +37,7 @@ from effect_broker.admin.views import (
     page_view,
     receipt_view,
 )
-from effect_broker.engine.messages import decode_response
+from effect_broker.engine.sealed import open_receipt
 from effect_broker.errors import (
     BodyTooLarge,
     EffectBrokerError,
@@ -182,13 +182,8 @@ async def get_receipt(request: web.Request) -> web.Response:
             f"effect {effect.effect_id} is {effect.status}; only a settled effect "
             "(succeeded or failed_final) has a receipt"
         )
-    plaintext = state.keyring.decrypt(
-        tenant_id=effect.tenant_id,
-        effect_id=str(effect.effect_id),
-        kind="response",
-        blob=receipt.response_ciphertext,
-    )
-    return _json(receipt_view(receipt, decode_response(plaintext)))
+    answer = open_receipt(state.keyring, receipt, effect)
+    return _json(receipt_view(receipt, answer))
 
 
 async def post_reconcile(request: web.Request) -> web.Response:

@@ -9,15 +9,12 @@ and admin calls must not go through the proxy port.
 from __future__ import annotations
 
 import json
-import urllib.error
-import urllib.request
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Annotated, Any
-from urllib.parse import quote, urlencode
+from urllib.parse import quote
 
 import typer
 from rich import box
@@ -25,8 +22,9 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from effect_broker.cli.admin_client import AdminClient, AdminProblem, AdminUnreachable
+
 DEFAULT_ADMIN_URL = "http://127.0.0.1:8081"
-TIMEOUT_SECONDS = 30.0
 
 # Effects that wait on proof or a person must stand out in every listing.
 STATUS_STYLES: Mapping[str, str] = {
@@ -66,81 +64,6 @@ class As(StrEnum):
     SUCCEEDED = "succeeded"
     NOT_COMMITTED = "not_committed"
     FAILED = "failed"
-
-
-class AdminProblem(Exception):
-    """The admin API refused: its problem title and detail are what to show."""
-
-    def __init__(self, status: int, title: str, detail: str) -> None:
-        super().__init__(f"{status} {title}: {detail}")
-        self.status, self.title, self.detail = status, title, detail
-
-
-class AdminUnreachable(Exception):
-    """No answer at all from the admin URL."""
-
-
-@dataclass(frozen=True, slots=True)
-class AdminClient:
-    base_url: str
-    token: str | None
-
-    def call(
-        self,
-        method: str,
-        path: str,
-        *,
-        query: Mapping[str, Any] | None = None,
-        body: object = None,
-    ) -> Any:
-        """One JSON request; problems and network failures become exceptions."""
-        url = self.base_url.rstrip("/") + path
-        if query:
-            url += "?" + urlencode(query, doseq=True)
-        headers = {"Accept": "application/json"}
-        if self.token:
-            headers["Authorization"] = f"Bearer {self.token}"
-        data = None
-        if body is not None:
-            data = json.dumps(body).encode()
-            headers["Content-Type"] = "application/json"
-        request = urllib.request.Request(url, data=data, method=method, headers=headers)
-        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-        try:
-            with opener.open(request, timeout=TIMEOUT_SECONDS) as response:
-                return json.loads(response.read())
-        except urllib.error.HTTPError as exc:
-            raise _problem(exc) from None
-        except urllib.error.URLError as exc:
-            reason = exc.reason
-            if isinstance(reason, ConnectionRefusedError):
-                raise AdminUnreachable(
-                    f"cannot reach the admin API at {self.base_url}: connection refused. "
-                    "Is effect-broker running (`effect-broker up` or `serve`)? Point "
-                    "--admin-url or EFFECT_BROKER_ADMIN_URL at its admin port."
-                ) from None
-            raise AdminUnreachable(
-                f"cannot reach the admin API at {self.base_url}: {reason}"
-            ) from None
-        except (TimeoutError, ConnectionError) as exc:
-            raise AdminUnreachable(
-                f"the admin API at {self.base_url} did not answer: {exc}"
-            ) from None
-        except ValueError as exc:  # a malformed URL, or a body that is not JSON
-            raise AdminUnreachable(f"{self.base_url}: {exc}") from None
-
-
-def _problem(exc: urllib.error.HTTPError) -> AdminProblem:
-    raw = exc.read()
-    try:
-        document = json.loads(raw)
-    except ValueError:
-        document = None
-    if isinstance(document, dict) and "title" in document:
-        return AdminProblem(
-            exc.code, str(document["title"]), str(document.get("detail", ""))
-        )
-    return AdminProblem(exc.code, str(exc.reason), raw.decode("utf-8", "replace")[:300])
 
 
 def _out() -> Console:

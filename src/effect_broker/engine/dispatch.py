@@ -16,13 +16,14 @@ from typing import Any
 
 from effect_broker import failpoints
 from effect_broker.config.contracts import Contract, Route
-from effect_broker.engine.messages import StoredRequest, StoredResponse, encode_response
+from effect_broker.engine.messages import StoredRequest, StoredResponse
 from effect_broker.engine.outcomes import (
     backoff,
     next_look_when_unknown,
     status_after_answer,
 )
 from effect_broker.engine.probe import ProbeResult, ProbeVerdict, run_probe
+from effect_broker.engine.sealed import seal_response
 from effect_broker.engine.slots import NoFreeSlot
 from effect_broker.engine.targets import base_url
 from effect_broker.engine.upstream import AttemptResult, Delivery, send
@@ -191,12 +192,7 @@ class Dispatcher:
             if overflow
             else response
         )
-        sealed = self._keyring.encrypt(
-            tenant_id=effect.tenant_id,
-            effect_id=str(effect.effect_id),
-            kind="response",
-            plaintext=encode_response(kept),
-        )
+        sealed = seal_response(self._keyring, effect, kept)
         settled, _ = await self._store.record_receipt(
             effect,
             status=status,

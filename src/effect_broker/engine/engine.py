@@ -27,13 +27,7 @@ from effect_broker.canonical import downstream_key
 from effect_broker.config.contracts import Contract, Route
 from effect_broker.engine import resolution
 from effect_broker.engine.dispatch import Dispatcher, outgoing_request
-from effect_broker.engine.messages import (
-    StoredRequest,
-    StoredResponse,
-    decode_request,
-    decode_response,
-    encode_request,
-)
+from effect_broker.engine.messages import StoredRequest
 from effect_broker.engine.policy import Verdict, decide
 from effect_broker.engine.resolution import ResolutionRequest
 from effect_broker.engine.results import (
@@ -46,10 +40,10 @@ from effect_broker.engine.results import (
     Unknowable,
     Unknown,
 )
+from effect_broker.engine.sealed import open_receipt, open_request, seal_request
 from effect_broker.engine.slots import UpstreamSlots
 from effect_broker.engine.wiring import Wiring
 from effect_broker.errors import (
-    DecryptionError,
     StaleVersion,
     StoreError,
     StoreUnavailable,
@@ -57,7 +51,6 @@ from effect_broker.errors import (
 from effect_broker.models import (
     Effect,
     EffectStatus,
-    Receipt,
     ReservationOutcome,
     SafetyClass,
 )
@@ -107,12 +100,7 @@ class Engine:
         """Record the intent once per (tenant, operation key), then act on it."""
         route, contract = intent.route, intent.route.contract
         effect_id = uuid.uuid4()
-        sealed = self._keyring.encrypt(
-            tenant_id=intent.tenant,
-            effect_id=str(effect_id),
-            kind="request",
-            plaintext=encode_request(intent.request),
-        )
+        sealed = seal_request(self._keyring, intent.tenant, effect_id, intent.request)
         failpoints.hit(failpoints.BEFORE_RESERVE_COMMIT)
         reservation = await self._store.reserve(
             tenant_id=intent.tenant,
@@ -140,7 +128,9 @@ class Engine:
             return Conflict(effect)
         if reservation.outcome is ReservationOutcome.REPLAY:
             if reservation.receipt is not None:
-                return Replayed(effect, self._open(reservation.receipt, effect))
+                return Replayed(
+                    effect, open_receipt(self._keyring, reservation.receipt, effect)
+                )
             return await self._fenced(
                 self._advance(effect, route, intent.request), effect
             )
@@ -223,7 +213,9 @@ class Engine:
                 receipt = await self._store.receipt(effect.tenant_id, effect.effect_id)
                 if receipt is None:  # settled rows always have one; be loud if not
                     raise StoreError(f"settled effect {effect.effect_id} has no receipt")
-                outcome: Outcome = Replayed(effect, self._open(receipt, effect))
+                outcome: Outcome = Replayed(
+                    effect, open_receipt(self._keyring, receipt, effect)
+                )
             elif verdict is Verdict.IN_FLIGHT:
                 assert decision.retry_after is not None
                 outcome = Busy(effect, reason, decision.retry_after)
@@ -250,7 +242,7 @@ class Engine:
                 probed = await self._dispatcher.probe(
                     effect,
                     route,
-                    stored_url=(request or self._stored_request(effect)).url,
+                    stored_url=(request or open_request(self._keyring, effect)).url,
                     injected=self._injected,
                 )
                 effect, owned = probed.effect, True
@@ -280,7 +272,7 @@ class Engine:
         """
         outgoing = outgoing_request(
             route,
-            request or self._stored_request(effect),
+            request or open_request(self._keyring, effect),
             effect.downstream_key,
             self._injected,
         )
@@ -372,28 +364,6 @@ class Engine:
         if (route.contract.name, route.contract.version) != pinned:
             return None
         return route
-
-    def _stored_request(self, effect: Effect) -> StoredRequest:
-        if effect.request_ciphertext is None:
-            raise DecryptionError(f"effect {effect.effect_id} has no stored request")
-        return decode_request(
-            self._keyring.decrypt(
-                tenant_id=effect.tenant_id,
-                effect_id=str(effect.effect_id),
-                kind="request",
-                blob=effect.request_ciphertext,
-            )
-        )
-
-    def _open(self, receipt: Receipt, effect: Effect) -> StoredResponse:
-        return decode_response(
-            self._keyring.decrypt(
-                tenant_id=effect.tenant_id,
-                effect_id=str(effect.effect_id),
-                kind="response",
-                blob=receipt.response_ciphertext,
-            )
-        )
 
 
 def _start_terms(contract: Contract) -> AttemptTerms | None:

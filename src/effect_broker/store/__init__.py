@@ -1,5 +1,6 @@
 """The ledger on PostgreSQL. Nothing outside this package imports asyncpg."""
 
-from effect_broker.store.postgres import AttemptTerms, EffectFilter, EffectPage, Store
+from effect_broker.store.postgres import AttemptTerms, Store
+from effect_broker.store.reads import EffectFilter, EffectPage
 
 __all__ = ["AttemptTerms", "EffectFilter", "EffectPage", "Store"]

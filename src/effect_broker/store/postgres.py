@@ -9,8 +9,7 @@ the hot path costs the database as little as it can.
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -19,17 +18,11 @@ from uuid import UUID, uuid4
 import asyncpg
 
 from effect_broker.errors import (
-    EffectNotFound,
     MasterKeyError,
-    ReceiptExists,
     StaleVersion,
-    StoreError,
-    StoreUnavailable,
 )
 from effect_broker.models import (
-    Attempt,
     Effect,
-    EffectEvent,
     EffectStatus,
     Receipt,
     ReceiptSource,
@@ -39,19 +32,11 @@ from effect_broker.models import (
 )
 from effect_broker.state_machine import check_transition
 from effect_broker.store.migrations import Migration, apply_migrations, pending_migrations
-from effect_broker.store.sql import queries
+from effect_broker.store.reads import LedgerReads
+from effect_broker.store.rows import effect_of, receipt_of
+from effect_broker.store.translate import translated
 
 _SETTLED = frozenset({EffectStatus.SUCCEEDED, EffectStatus.FAILED_FINAL})
-
-
-@dataclass(frozen=True, slots=True)
-class EffectFilter:
-    """What an operator may narrow a listing by; every field is optional."""
-
-    statuses: Sequence[EffectStatus] | None = None
-    route: str | None = None
-    operation_key_prefix: str | None = None
-    created_before: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,40 +45,6 @@ class AttemptTerms:
 
     key_retention: timedelta | None = None
     settlement_bound: timedelta | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class EffectPage:
-    effects: tuple[Effect, ...]
-    next_cursor: tuple[datetime, UUID] | None
-
-
-@asynccontextmanager
-async def _translated() -> AsyncIterator[None]:
-    """Turn driver errors into ours, so nothing above the store knows about asyncpg."""
-    try:
-        yield
-    except (
-        OSError,
-        asyncpg.PostgresConnectionError,
-        asyncpg.InterfaceError,
-        # A connection left mid-protocol by a server restart ("cannot switch to state
-        # 12; another operation is in progress"): the database, not the request, failed.
-        asyncpg.InternalClientError,
-    ) as exc:
-        raise StoreUnavailable(f"the ledger database is unreachable: {exc}") from exc
-    except asyncpg.UniqueViolationError as exc:
-        if exc.table_name == "effect_receipts":
-            raise ReceiptExists() from exc
-        raise StoreError(
-            f"unique constraint {exc.constraint_name} refused a write"
-        ) from exc
-    except asyncpg.OperatorInterventionError as exc:  # class 57: shutdown, restart
-        raise StoreUnavailable(
-            f"the ledger database is starting or shutting down: {exc}"
-        ) from exc
-    except asyncpg.PostgresError as exc:
-        raise StoreError(f"the ledger refused the operation: {exc}") from exc
 
 
 async def _keep_session(conn: asyncpg.Connection) -> None:
@@ -108,67 +59,7 @@ async def _init_connection(conn: asyncpg.Connection) -> None:
     )
 
 
-def _effect(row: asyncpg.Record) -> Effect:
-    return Effect(
-        effect_id=row["effect_id"],
-        tenant_id=row["tenant_id"],
-        operation_key=row["operation_key"],
-        request_hash=row["request_hash"],
-        route=row["route"],
-        contract_name=row["contract_name"],
-        contract_version=row["contract_version"],
-        safety=SafetyClass(row["safety"]),
-        downstream_key=row["downstream_key"],
-        status=EffectStatus(row["status"]),
-        version=row["version"],
-        attempts=row["attempts"],
-        lease_owner=row["lease_owner"],
-        lease_expires_at=row["lease_expires_at"],
-        due_at=row["due_at"],
-        first_dispatched_at=row["first_dispatched_at"],
-        retention_deadline=row["retention_deadline"],
-        settlement_deadline=row["settlement_deadline"],
-        request_ciphertext=row["request_ciphertext"],
-        request_preview=_json_object(row["request_preview"]),
-        last_error=row["last_error"],
-        created_at=row["created_at"],
-        updated_at=row["updated_at"],
-    )
-
-
-def _json_object(value: Any) -> Mapping[str, Any]:
-    # Inside a composite (the reserve function's row) jsonb arrives as text.
-    decoded = json.loads(value) if isinstance(value, str) else value
-    return decoded if isinstance(decoded, dict) else {}
-
-
-def _receipt(row: asyncpg.Record) -> Receipt:
-    return Receipt(
-        effect_id=row["effect_id"],
-        status_code=row["status_code"],
-        response_ciphertext=row["response_ciphertext"],
-        source=ReceiptSource(row["source"]),
-        external_id=row["external_id"],
-        recorded_at=row["recorded_at"],
-    )
-
-
-def _event(row: asyncpg.Record) -> EffectEvent:
-    return EffectEvent(
-        effect_id=row["effect_id"],
-        seq=row["seq"],
-        kind=row["kind"],
-        from_status=EffectStatus(row["from_status"]) if row["from_status"] else None,
-        to_status=EffectStatus(row["to_status"]),
-        actor=row["actor"],
-        details=_json_object(row["details"]),
-        occurred_at=row["occurred_at"],
-        prev_digest=bytes(row["prev_digest"]),
-        digest=bytes(row["digest"]),
-    )
-
-
-class Store:
+class Store(LedgerReads):
     """The ledger. Every state change is a compare-and-swap on ``Effect.version``.
 
     A write whose expected version is stale changes nothing and raises ``StaleVersion``:
@@ -176,14 +67,13 @@ class Store:
     """
 
     def __init__(self, pool: asyncpg.Pool) -> None:
-        self._pool = pool
-        self._sql = queries()
+        super().__init__(pool)
         # Called once per fenced (stale) write, for the metric that makes zombies visible.
         self.on_fenced: Callable[[], None] = lambda: None
 
     @classmethod
     async def connect(cls, dsn: str, *, min_size: int = 1, max_size: int = 10) -> Store:
-        async with _translated():
+        async with translated():
             pool = await asyncpg.create_pool(
                 dsn,
                 min_size=min_size,
@@ -199,20 +89,20 @@ class Store:
     # -- schema ---------------------------------------------------------------------
 
     async def migrate(self) -> list[Migration]:
-        async with _translated(), self._pool.acquire() as conn:
+        async with translated(), self._pool.acquire() as conn:
             return await apply_migrations(conn)
 
     async def pending_migrations(self) -> list[Migration]:
-        async with _translated(), self._pool.acquire() as conn:
+        async with translated(), self._pool.acquire() as conn:
             return await pending_migrations(conn)
 
     async def ping(self) -> None:
-        async with _translated():
+        async with translated():
             await self._pool.fetchval(self._sql["ping"])
 
     async def clock(self) -> datetime:
         """The database's current time: leases are stamped with it."""
-        async with _translated():
+        async with translated():
             now: datetime = await self._pool.fetchval(self._sql["clock"])
         return now
 
@@ -222,7 +112,7 @@ class Store:
         A fresh ledger records the first key it sees (``record``), so every later start
         with another key is refused.
         """
-        async with _translated():
+        async with translated():
             known = [
                 row["key_id"]
                 for row in await self._pool.fetch(self._sql["list_master_keys"])
@@ -241,13 +131,13 @@ class Store:
 
     async def add_api_key(self, tenant_id: str, key_id: str, secret_hash: bytes) -> None:
         """Create the tenant if needed and store the hash of one new API key."""
-        async with _translated(), self._pool.acquire() as conn, conn.transaction():
+        async with translated(), self._pool.acquire() as conn, conn.transaction():
             await conn.execute(self._sql["add_tenant"], tenant_id)
             await conn.execute(self._sql["add_api_key"], key_id, tenant_id, secret_hash)
 
     async def api_key(self, key_id: str) -> tuple[str, bytes] | None:
         """(tenant, secret hash) of a live API key, or None."""
-        async with _translated():
+        async with translated():
             row = await self._pool.fetchrow(self._sql["get_api_key"], key_id)
         return (row["tenant_id"], bytes(row["secret_hash"])) if row else None
 
@@ -278,7 +168,7 @@ class Store:
         effect is committed already DISPATCHING, its first attempt recorded and leased
         to ``owner``, in the same transaction as the reservation.
         """
-        async with _translated():
+        async with translated():
             row = await self._pool.fetchrow(
                 self._sql["reserve"],
                 effect_id or uuid4(),
@@ -299,10 +189,10 @@ class Store:
                 start.settlement_bound if start else None,
             )
         assert row is not None, "reserve_effect always returns one row"
-        effect = _effect(row)
+        effect = effect_of(row)
         stored_receipt = row["receipt"]
         receipt = (
-            _receipt(stored_receipt)
+            receipt_of(stored_receipt)
             if stored_receipt is not None and stored_receipt["effect_id"] is not None
             else None
         )
@@ -421,7 +311,7 @@ class Store:
         if status not in _SETTLED:
             raise ValueError(f"a receipt settles an effect; {status} is not settled")
         check_transition(effect.status, status, effect.safety)
-        async with _translated():
+        async with translated():
             row = await self._pool.fetchrow(
                 self._sql["record_receipt"],
                 effect.effect_id,
@@ -438,7 +328,7 @@ class Store:
             )
         if row is None:
             raise self._stale(effect)
-        settled = _effect(row)
+        settled = effect_of(row)
         receipt = Receipt(
             effect_id=settled.effect_id,
             status_code=status_code,
@@ -459,103 +349,18 @@ class Store:
         Claiming bumps the version, so whoever held an expired lease is fenced from now
         on.
         """
-        async with _translated():
+        async with translated():
             rows = await self._pool.fetch(self._sql["claim_due"], limit, owner, lease)
-        return [_effect(row) for row in rows]
-
-    async def unknown_summary(self) -> list[tuple[str, EffectStatus, int, datetime]]:
-        """(route, status, count, oldest change) of effects awaiting proof or a person.
-
-        Across tenants on purpose: it feeds metrics, which never carry a tenant label.
-        """
-        async with _translated():
-            rows = await self._pool.fetch(self._sql["unknown_summary"])
-        return [
-            (row["route"], EffectStatus(row["status"]), row["effects"], row["oldest"])
-            for row in rows
-        ]
-
-    # -- reads (always scoped by tenant) ------------------------------------------------
-
-    async def get(self, tenant_id: str, effect_id: UUID) -> Effect:
-        async with _translated():
-            row = await self._pool.fetchrow(self._sql["get_effect"], tenant_id, effect_id)
-        if row is None:
-            raise EffectNotFound()
-        return _effect(row)
-
-    async def get_by_key(self, tenant_id: str, operation_key: str) -> Effect | None:
-        async with _translated():
-            row = await self._pool.fetchrow(
-                self._sql["get_effect_by_key"], tenant_id, operation_key
-            )
-        return _effect(row) if row is not None else None
-
-    async def list_effects(
-        self,
-        tenant_id: str,
-        where: EffectFilter | None = None,
-        *,
-        cursor: tuple[datetime, UUID] | None = None,
-        limit: int = 50,
-    ) -> EffectPage:
-        where = where or EffectFilter()
-        statuses = [status.value for status in where.statuses] if where.statuses else None
-        async with _translated():
-            rows = await self._pool.fetch(
-                self._sql["list_effects"],
-                tenant_id,
-                statuses,
-                where.route,
-                where.operation_key_prefix,
-                where.created_before,
-                cursor[0] if cursor else None,
-                cursor[1] if cursor else None,
-                limit + 1,
-            )
-        effects = tuple(_effect(row) for row in rows[:limit])
-        more = len(rows) > limit
-        next_cursor = (effects[-1].created_at, effects[-1].effect_id) if more else None
-        return EffectPage(effects=effects, next_cursor=next_cursor)
-
-    async def receipt(self, tenant_id: str, effect_id: UUID) -> Receipt | None:
-        async with _translated():
-            row = await self._pool.fetchrow(
-                self._sql["get_receipt"], tenant_id, effect_id
-            )
-        return _receipt(row) if row is not None else None
-
-    async def events(self, tenant_id: str, effect_id: UUID) -> list[EffectEvent]:
-        async with _translated():
-            rows = await self._pool.fetch(self._sql["list_events"], tenant_id, effect_id)
-        return [_event(row) for row in rows]
-
-    async def attempts(self, tenant_id: str, effect_id: UUID) -> list[Attempt]:
-        async with _translated():
-            rows = await self._pool.fetch(
-                self._sql["list_attempts"], tenant_id, effect_id
-            )
-        return [
-            Attempt(row["effect_id"], row["attempt_no"], row["owner"], row["started_at"])
-            for row in rows
-        ]
-
-    async def verify_events(self, effect_id: UUID) -> int | None:
-        """The first event sequence whose digest chain breaks, or None if intact."""
-        async with _translated():
-            bad: int | None = await self._pool.fetchval(
-                self._sql["verify_events"], effect_id
-            )
-        return bad
+        return [effect_of(row) for row in rows]
 
     # -- helpers ------------------------------------------------------------------------
 
     async def _write_one(self, query: str, effect: Effect, *args: Any) -> Effect:
-        async with _translated():
+        async with translated():
             row = await self._pool.fetchrow(self._sql[query], *args)
         if row is None:
             raise self._stale(effect)
-        return _effect(row)
+        return effect_of(row)
 
     def _stale(self, effect: Effect) -> StaleVersion:
         self.on_fenced()
