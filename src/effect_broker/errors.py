@@ -20,6 +20,9 @@ class EffectBrokerError(Exception):
 
     problem_type: str = "internal-error"
     status: int = 500
+    # Whether the same request, sent again later, can succeed: SDKs read it from the
+    # x-should-retry / Stripe-Should-Retry headers instead of guessing from the status.
+    retry_helps: bool = False
     extra: Mapping[str, Any] = {}  # members of the problem document beyond the standard
 
     def __init__(self, message: str | None = None) -> None:
@@ -64,6 +67,7 @@ class InFlight(EffectBrokerError):
 
     problem_type = "in-flight"
     status = 409
+    retry_helps = True
 
 
 class OutcomeUnknown(EffectBrokerError):
@@ -92,6 +96,7 @@ class RequestTimeout(EffectBrokerError):
 
     problem_type = "request-timeout"
     status = 408
+    retry_helps = True
 
 
 class TooManyConnections(EffectBrokerError):
@@ -99,6 +104,7 @@ class TooManyConnections(EffectBrokerError):
 
     problem_type = "too-many-connections"
     status = 503
+    retry_helps = True
 
 
 class InvalidTenantName(EffectBrokerError):
@@ -127,6 +133,7 @@ class UpstreamUnreachable(EffectBrokerError):
 
     problem_type = "upstream-unreachable"
     status = 502
+    retry_helps = True
 
 
 class UpstreamBusy(EffectBrokerError):
@@ -134,6 +141,7 @@ class UpstreamBusy(EffectBrokerError):
 
     problem_type = "upstream-busy"
     status = 503
+    retry_helps = True
 
 
 class ProxyAuthenticationRequired(EffectBrokerError):
@@ -141,6 +149,13 @@ class ProxyAuthenticationRequired(EffectBrokerError):
 
     problem_type = "proxy-authentication-required"
     status = 407
+
+
+class ResolvedByOperator(EffectBrokerError):
+    """An operator settled this effect by hand; it will not be sent again."""
+
+    problem_type = "resolved-by-operator"
+    status = 409
 
 
 class StaleVersion(EffectBrokerError):
@@ -176,6 +191,7 @@ class StoreUnavailable(EffectBrokerError):
 
     problem_type = "store-unavailable"
     status = 503
+    retry_helps = True
 
 
 class BrokenHistory(EffectBrokerError):

@@ -44,16 +44,32 @@ def problem(
     retry_after: timedelta | None = None,
     extra: Mapping[str, Any] | None = None,
     headers: Mapping[str, str] | None = None,
+    retry_helps: bool | None = None,
+    message: str | None = None,
 ) -> Problem:
-    """The problem document for ``error``, with the effect it concerns if any."""
+    """The problem document for ``error``, with the effect it concerns if any.
+
+    Beside RFC 9457's members it carries ``message``, the field SDKs (openai, stripe)
+    show in their exceptions, and it says in ``x-should-retry`` and
+    ``Stripe-Should-Retry`` whether sending the same request again can help, so those
+    SDKs neither hammer an answer that will not change nor give up on one that will.
+    """
     code = status or error.status
     body: dict[str, Any] = {
         "type": error.type_uri,
         "title": (type(error).__doc__ or "").strip().split("\n")[0],
         "status": code,
         "detail": error.message,
+        "message": message or error.message,
     }
-    out_headers: dict[str, str] = dict(headers or {})
+    should_retry = (
+        "true" if (error.retry_helps if retry_helps is None else retry_helps) else "false"
+    )
+    out_headers: dict[str, str] = {
+        "x-should-retry": should_retry,
+        "Stripe-Should-Retry": should_retry,
+        **(headers or {}),
+    }
     if effect is not None:
         body["effect_id"] = str(effect.effect_id)
         body["effect_status"] = str(effect.status)

@@ -461,7 +461,7 @@ async def test_reconcile_refuses_unsafe_unknown_and_settled_effects(
 # --------------------------------------------------------------------------- resolve
 
 
-async def test_resolved_as_succeeded_a_retry_replays_the_operator_receipt(
+async def test_resolved_as_succeeded_a_retry_is_told_it_happened_never_a_fake_answer(
     admin: Admin,
 ) -> None:
     broker = admin.broker
@@ -482,13 +482,15 @@ async def test_resolved_as_succeeded_a_retry_replays_the_operator_receipt(
 
     assert answer.status == 200, answer
     assert answer.json["status"] == "succeeded"
-    assert retry.status == 200
-    assert retry.headers["Idempotent-Replayed"] == "true"
-    assert retry.headers["Effect-Resolved-By"] == "operator"
+    assert retry.status == 409  # no SDK may parse an operator's note as the target's
+    assert retry.headers["Effect-Status"] == "succeeded"
     assert retry.headers["Effect-Id"] == effect_id
-    replayed = json.loads(retry.body)
-    assert replayed["resolved_by"] == "operator"
-    assert replayed["evidence"] == evidence
+    assert retry.headers["x-should-retry"] == "false"
+    problem = retry.problem
+    assert problem["type"] == PROBLEMS + "resolved-by-operator"
+    assert (problem["resolution"], problem["external_id"]) == ("succeeded", "ch_1")
+    assert problem["evidence"] == evidence
+    assert "this effect happened (ch_1)" in problem["message"]
     assert len(broker.charges("mail-1")) == 1  # the target was not called again
     effect = await admin.effect(effect_id)
     last = effect["history"][-1]
@@ -501,7 +503,7 @@ async def test_resolved_as_succeeded_a_retry_replays_the_operator_receipt(
     assert (receipt["source"], receipt["external_id"]) == ("operator", "ch_1")
 
 
-async def test_resolved_as_failed_a_retry_replays_a_422(admin: Admin) -> None:
+async def test_resolved_as_failed_a_retry_is_told_it_did_not_happen(admin: Admin) -> None:
     broker = admin.broker
     [effect_id] = await unknown(broker, UNSAFE, "mail-2")
 
@@ -512,9 +514,14 @@ async def test_resolved_as_failed_a_retry_replays_a_422(admin: Admin) -> None:
     retry = await send(broker, UNSAFE, "mail-2")
 
     assert answer.json["status"] == "failed_final"
-    assert retry.status == 422
-    assert retry.headers["Idempotent-Replayed"] == "true"
-    assert json.loads(retry.body)["reason"] == "customer cancelled; do not send"
+    assert retry.status == 409
+    assert retry.headers["Effect-Status"] == "failed_final"
+    problem = retry.problem
+    assert (problem["resolution"], problem["reason"]) == (
+        "failed",
+        "customer cancelled; do not send",
+    )
+    assert "it did not happen" in problem["message"]
     assert len(broker.charges("mail-2")) == 1
     last = (await admin.effect(effect_id))["history"][-1]
     assert (last["kind"], last["to"]) == ("operator_failed", "failed_final")

@@ -264,6 +264,29 @@ async def test_an_unmatched_get_passes_through_untouched_and_unrecorded(
         await assert_nothing_happened_and_still_serving(broker, database_url)
 
 
+async def test_an_operation_key_on_an_unmatched_request_is_said_to_be_unrecorded(
+    broker: Broker, database_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The client meant it to be recorded: the answer and the log say it was not."""
+    async with echo_upstream() as echo:
+        answers = [
+            await request(
+                "POST",
+                f"{echo.url}/v1/unrouted",
+                proxy=broker.proxy_url,
+                headers={"Operation-Key": f"order-{n}:charge"},
+                data=b"{}",
+            )
+            for n in range(2)
+        ]
+
+    assert [answer.headers["Effect-Status"] for answer in answers] == ["unrecorded"] * 2
+    assert len(echo.received) == 2
+    warnings = [r for r in caplog.records if "passed through unrecorded" in r.message]
+    assert len(warnings) == 1  # once per host, not once per request
+    await assert_nothing_happened_and_still_serving(broker, database_url)
+
+
 async def test_strict_mode_refuses_an_unmatched_post_but_passes_a_get(
     database_url: str, tmp_path: Path
 ) -> None:

@@ -128,9 +128,9 @@ class Engine:
             return Conflict(effect)
         if reservation.outcome is ReservationOutcome.REPLAY:
             if reservation.receipt is not None:
-                return Replayed(
-                    effect, open_receipt(self._keyring, reservation.receipt, effect)
-                )
+                receipt = reservation.receipt
+                response = open_receipt(self._keyring, receipt, effect)
+                return Replayed(effect, response, receipt.source)
             return await self._fenced(
                 self._advance(effect, route, intent.request), effect
             )
@@ -213,9 +213,8 @@ class Engine:
                 receipt = await self._store.receipt(effect.tenant_id, effect.effect_id)
                 if receipt is None:  # settled rows always have one; be loud if not
                     raise StoreError(f"settled effect {effect.effect_id} has no receipt")
-                outcome: Outcome = Replayed(
-                    effect, open_receipt(self._keyring, receipt, effect)
-                )
+                response = open_receipt(self._keyring, receipt, effect)
+                outcome: Outcome = Replayed(effect, response, receipt.source)
             elif verdict is Verdict.IN_FLIGHT:
                 assert decision.retry_after is not None
                 outcome = Busy(effect, reason, decision.retry_after)

@@ -140,3 +140,28 @@ def _operator_receipt(
         [("Content-Type", "application/json"), ("Effect-Resolved-By", "operator")],
         json.dumps(body).encode(),
     )
+
+
+@dataclass(frozen=True, slots=True)
+class OperatorVerdict:
+    """What an operator's receipt says, for the answer to a client's retry."""
+
+    resolution: Resolution
+    reason: str
+    evidence: Mapping[str, Any]
+    external_id: str | None
+
+    @property
+    def happened(self) -> bool:
+        return self.resolution is Resolution.SUCCEEDED
+
+
+def read_operator_receipt(response: StoredResponse) -> OperatorVerdict:
+    """The resolution recorded in a receipt written by ``_operator_receipt``."""
+    body = json.loads(response.body)
+    return OperatorVerdict(
+        Resolution(body["resolution"]),
+        str(body.get("reason", "")),
+        body.get("evidence") or {},
+        body.get("external_id"),
+    )

@@ -12,7 +12,7 @@ from enum import StrEnum
 
 from effect_broker.engine.messages import StoredResponse
 from effect_broker.engine.upstream import AttemptResult
-from effect_broker.models import Effect
+from effect_broker.models import Effect, ReceiptSource
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,9 +34,14 @@ class Answered(Result):
 
 @dataclass(frozen=True, slots=True)
 class Replayed(Result):
-    """Settled earlier (or just now, by a lookup or by giving up): its stored receipt."""
+    """Settled earlier (or just now, by a lookup or by giving up): its stored receipt.
+
+    ``source`` says who wrote it: an operator's receipt is not the target's answer and
+    must never be shown as if it were.
+    """
 
     response: StoredResponse
+    source: ReceiptSource = ReceiptSource.RESPONSE
 
 
 @dataclass(frozen=True, slots=True)

@@ -34,6 +34,8 @@ from effect_broker.ratelimited_log import RateLimitedLog
 log = logging.getLogger("effect_broker.proxy")
 # A database outage fails every request the same way: one line per cause per interval.
 store_log = RateLimitedLog(log)
+# A misconfiguration, not an incident: once per host an hour is enough to be seen.
+unrecorded_log = RateLimitedLog(log, interval=3600.0)
 
 
 async def handle(request: web.Request) -> web.StreamResponse:
@@ -113,7 +115,22 @@ async def unmatched(
                 "requests need a route prefix from routes.yaml"
             )
         )
-    return await pass_through(request, state.session)
+    key_header = state.config.proxy.operation_key_header
+    if key_header not in request.headers:
+        return await pass_through(request, state.session)
+    # The client meant this to be recorded; say plainly that it was not.
+    host = request.url.host or "?"
+    unrecorded_log.warning(
+        f"unrecorded:{host}",
+        "%s %s carries %s but no route records it: passed through unrecorded. Add a "
+        "route for it to routes.yaml if it has side effects",
+        request.method,
+        request.url.with_query(None),
+        key_header,
+    )
+    return await pass_through(
+        request, state.session, headers={"Effect-Status": "unrecorded"}
+    )
 
 
 @web.middleware

@@ -29,8 +29,12 @@ from effect_broker.errors import (
 )
 from effect_broker.problems import problem_bytes
 from effect_broker.proxy.edge import ConnectionGate
+from effect_broker.ratelimited_log import RateLimitedLog
 
 log = logging.getLogger("effect_broker.connect")
+# An SDK reports a refused tunnel as "Tunnel connection failed" and nothing more: the
+# reason must be in the proxy's log, once per host an hour.
+refusals = RateLimitedLog(log, interval=3600.0)
 
 CONNECT = b"CONNECT "
 MAX_HEAD = 16 * 1024
@@ -179,6 +183,9 @@ class FrontProtocol(asyncio.Protocol):
         authority = f"{target[0]}:{target[1]}"
         refusal = self._policy.refusal(authority)
         if refusal is not None:
+            refusals.warning(
+                f"connect:{target[0]}", "CONNECT %s refused: %s", authority, refusal
+            )
             self._answer_and_close(RouteRefused(refusal))
             return
         assert self._transport is not None

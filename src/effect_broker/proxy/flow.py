@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import time
 import unicodedata
-from datetime import timedelta
 from typing import Any
 
 from aiohttp import web
@@ -21,6 +20,7 @@ from effect_broker.canonical import canonical_body, canonical_query, request_has
 from effect_broker.config.contracts import Contract, Route
 from effect_broker.engine.engine import Intent
 from effect_broker.engine.messages import StoredRequest, StoredResponse
+from effect_broker.engine.resolution import read_operator_receipt
 from effect_broker.engine.results import (
     Answered,
     Busy,
@@ -40,11 +40,12 @@ from effect_broker.errors import (
     MissingOperationKey,
     OutcomeUnknown,
     PayloadMismatch,
+    ResolvedByOperator,
     UpstreamBusy,
     UpstreamUnreachable,
 )
 from effect_broker.headers import upstream_request_headers
-from effect_broker.models import Effect, SafetyClass
+from effect_broker.models import Effect, ReceiptSource, SafetyClass
 from effect_broker.problems import effect_headers, problem_response
 from effect_broker.proxy.edge_input import printable
 from effect_broker.proxy.receipt_cache import SettledReplay
@@ -174,7 +175,7 @@ class EffectRequest:
         if cached is not None:
             if cached.effect.request_hash != fingerprint:
                 return self._answer(Conflict(cached.effect))
-            return self._answer(Replayed(cached.effect, cached.response))
+            return self._answer(Replayed(cached.effect, cached.response, cached.source))
         outcome = await self.state.engine.submit(
             Intent(
                 tenant=self.tenant,
@@ -197,9 +198,11 @@ class EffectRequest:
             case Answered(attempt=attempt):
                 assert attempt.response is not None
                 return stored_response_to_web(attempt.response, effect, replayed=False)
-            case Replayed(response=response):
+            case Replayed(response=response, source=source):
                 metrics.replays.labels(self.route.name).inc()
-                self.state.receipts.put(SettledReplay(effect, response))
+                self.state.receipts.put(SettledReplay(effect, response, source))
+                if source is ReceiptSource.OPERATOR:
+                    return _resolved_by_operator(effect, response)
                 return stored_response_to_web(response, effect, replayed=True)
             case Conflict():
                 metrics.conflicts.labels(self.route.name).inc()
@@ -242,15 +245,27 @@ class EffectRequest:
                 ),
                 effect,
                 status=504 if why is Unknowable.TIMED_OUT else 502,
+                # The same key again is safe and useful where the target deduplicates
+                # or can be asked; for an unsafe target it can only be refused.
+                retry_helps=effect.safety is not SafetyClass.UNSAFE,
             )
         if why is Unknowable.AWAITING_OPERATOR:
-            detail = (
-                f"the outcome of this effect is unknown ({outcome.detail}); it was not "
-                "sent again. An operator resolves it through the admin API"
+            return _problem(
+                OutcomeUnknown(
+                    f"the outcome of this effect is unknown ({outcome.detail}); it was "
+                    "not sent again. An operator resolves it through the admin API"
+                ),
+                effect,
+                message="whether this effect happened is unknown, and it will not be "
+                "sent again: do not retry it under a new key before an operator has "
+                "checked the target",
             )
-        else:
-            detail = f"{outcome.detail}; it was not sent again"
-        return _problem(OutcomeUnknown(detail), effect, retry_after=outcome.retry_after)
+        return _problem(
+            OutcomeUnknown(f"{outcome.detail}; it was not sent again"),
+            effect,
+            retry_after=outcome.retry_after,
+            retry_helps=True,  # a lookup can settle it once the bound has passed
+        )
 
     async def _stream_overflow(self, outcome: Answered) -> web.StreamResponse:
         """A body longer than a receipt holds: give this client all of it, live."""
@@ -325,14 +340,36 @@ def _unknown_advice(effect: Effect) -> str:
     return "It will not be sent again; an operator resolves it through the admin API."
 
 
-def _problem(
-    error: EffectBrokerError,
-    effect: Effect,
-    *,
-    retry_after: timedelta | None = None,
-    status: int | None = None,
-) -> web.Response:
-    return problem_response(error, status=status, effect=effect, retry_after=retry_after)
+def _problem(error: EffectBrokerError, effect: Effect, **options: Any) -> web.Response:
+    return problem_response(error, effect=effect, **options)
+
+
+def _resolved_by_operator(effect: Effect, receipt: StoredResponse) -> web.Response:
+    """A retry of an effect an operator settled: never the operator's note dressed up
+    as the target's answer, and a message that says plainly whether it happened."""
+    verdict = read_operator_receipt(receipt)
+    if verdict.happened:
+        made = f" ({verdict.external_id})" if verdict.external_id else ""
+        message = (
+            f"this effect happened{made}, as an operator confirmed: do not issue it "
+            "again, under this key or any other"
+        )
+    else:
+        message = (
+            "an operator resolved this effect as failed: it did not happen and will "
+            "not be sent; if it is still wanted, send it under a new Operation-Key"
+        )
+    return _problem(
+        ResolvedByOperator(f"{message}. The operator's reason: {verdict.reason}"),
+        effect,
+        message=message,
+        extra={
+            "resolution": verdict.resolution.value,
+            "reason": verdict.reason,
+            "evidence": dict(verdict.evidence),
+            "external_id": verdict.external_id,
+        },
+    )
 
 
 def is_absolute_form(request: web.Request) -> bool:

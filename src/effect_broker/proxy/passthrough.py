@@ -12,6 +12,7 @@ into ``Authorization: Basic`` for the target, a credential the client never sent
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
 
 import aiohttp
 from aiohttp import web
@@ -24,8 +25,12 @@ from effect_broker.proxy.edge import EDGE_LIMITS
 
 
 async def pass_through(
-    request: web.Request, session: aiohttp.ClientSession
+    request: web.Request,
+    session: aiohttp.ClientSession,
+    *,
+    headers: Mapping[str, str] | None = None,
 ) -> web.StreamResponse:
+    """Forward ``request`` as it came; ``headers`` are added to the answer."""
     limit = request.app[EDGE_LIMITS].max_passthrough_bytes
     length = request.content_length
     data: bytes | aiohttp.StreamReader | None = None
@@ -65,6 +70,7 @@ async def pass_through(
         out = web.StreamResponse(status=upstream.status, reason=upstream.reason)
         for name, value in response_headers(upstream.headers.items()):
             out.headers.add(name, value)
+        out.headers.update(headers or {})
         if upstream.content_length is not None:
             out.content_length = upstream.content_length
         await out.prepare(request)

@@ -13,7 +13,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 
 from effect_broker.engine.messages import StoredResponse
-from effect_broker.models import Effect
+from effect_broker.models import Effect, ReceiptSource
 
 ENTRY_OVERHEAD = 512  # rough bytes per entry beyond headers and body
 
@@ -22,6 +22,7 @@ ENTRY_OVERHEAD = 512  # rough bytes per entry beyond headers and body
 class SettledReplay:
     effect: Effect
     response: StoredResponse
+    source: ReceiptSource = ReceiptSource.RESPONSE
 
     @property
     def size(self) -> int:
