@@ -26,6 +26,7 @@ from effect_broker.engine.engine import Engine
 from effect_broker.engine.owners import worker_name
 from effect_broker.engine.results import Busy
 from effect_broker.errors import EffectBrokerError
+from effect_broker.tracing import links_to, tracer
 
 log = logging.getLogger("effect_broker.reconciler")
 
@@ -67,7 +68,16 @@ class Reconciler:
         claimed = await self.engine.claim_due(lease=LEASE, limit=self.batch)
         for effect in claimed:
             try:
-                outcome = await self.engine.settle(effect)
+                with tracer.start_as_current_span(
+                    f"reconcile {effect.route}",
+                    links=links_to(effect.request_preview.get("trace")),
+                    attributes={
+                        "effect_broker.route": effect.route,
+                        "effect_broker.effect_id": str(effect.effect_id),
+                        "effect_broker.status": effect.status.value,
+                    },
+                ):
+                    outcome = await self.engine.settle(effect)
             except EffectBrokerError as exc:
                 log.warning("effect %s: %s", effect.effect_id, exc.message)
                 continue

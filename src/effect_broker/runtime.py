@@ -42,7 +42,7 @@ async def open_runtime(
         settings.master_key.get_secret_value() if settings.master_key else None
     )
     injected = resolve_inject_headers(config, os.environ if environ is None else environ)
-    configure_tracing(settings.traces)
+    configure_tracing()
     if not settings.database_url:
         raise MigrationError(
             "no database: set EFFECT_BROKER_DATABASE_URL or --database-url "

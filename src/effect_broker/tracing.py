@@ -1,51 +1,128 @@
-"""OpenTelemetry spans for recorded effects, and ``traceparent`` carried upstream.
+"""OpenTelemetry spans for recorded effects, configured the standard way.
 
 Each request on a matched route becomes one server span, a child of the client's
-``traceparent`` when it sent one; the upstream request carries this span's context, so
-a trace shows agent → effect-broker → target. Spans hold the operation key's digest,
-never the key, a payload or a secret. Without an exporter configured the tracer is the
-API's no-op one and costs next to nothing; ``EFFECT_BROKER_TRACES=console`` prints spans.
+``traceparent`` when it sent one, with a child span per ledger call and one for the
+upstream request, which carries the upstream span's context on to the target: a trace
+shows agent → effect-broker → ledger and target. The server span's context is stored
+with the effect, so a reconciler that settles it an hour later starts a span linked to
+it. Spans hold the operation key's digest, never the key, the derived key, a payload or
+a secret.
+
+Configuration is only the standard ``OTEL_*`` variables: ``OTEL_TRACES_EXPORTER``
+(``none``, the default, ``console`` or ``otlp``), ``OTEL_EXPORTER_OTLP_PROTOCOL``
+(``http/protobuf``, the default, or ``grpc``), ``OTEL_EXPORTER_OTLP_ENDPOINT`` and
+``_HEADERS``, ``OTEL_SERVICE_NAME``, ``OTEL_RESOURCE_ATTRIBUTES``, ``OTEL_TRACES_SAMPLER``
+(read by the SDK and the exporters themselves). Without an exporter the tracer is the
+API's no-op one and costs next to nothing.
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Mapping
+import os
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 
 from opentelemetry import propagate, trace
 from opentelemetry.context import Context
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import (
+    BatchSpanProcessor,
+    ConsoleSpanExporter,
+    SpanExporter,
+)
+from opentelemetry.trace import Link, Span, SpanKind
 
 TRACE_HEADERS = frozenset({"traceparent", "tracestate"})
+EXPORTERS = ("none", "console", "otlp")
+PROTOCOLS = ("http/protobuf", "grpc")
 
 tracer = trace.get_tracer("effect_broker")
 
 
-def configure(exporter: str) -> None:
-    """Install an SDK tracer provider for ``console``; ``none`` keeps the no-op one."""
-    if exporter == "none":
-        return
-    if exporter != "console":
-        raise ValueError(
-            f"EFFECT_BROKER_TRACES must be none or console, not {exporter!r}"
-        )
-    from opentelemetry.sdk.trace import TracerProvider
-    from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter
+def configure(environ: Mapping[str, str] | None = None) -> TracerProvider | None:
+    """Install a tracer provider as the ``OTEL_*`` variables say; None for ``none``.
 
-    provider = TracerProvider()
-    provider.add_span_processor(BatchSpanProcessor(ConsoleSpanExporter()))
+    ``EFFECT_BROKER_TRACES`` is still read when ``OTEL_TRACES_EXPORTER`` is unset, for
+    configurations written before the standard variables were supported.
+    """
+    env = os.environ if environ is None else environ
+    name = (
+        env.get("OTEL_TRACES_EXPORTER") or env.get("EFFECT_BROKER_TRACES") or "none"
+    ).strip()
+    if name not in EXPORTERS:
+        raise ValueError(
+            f"OTEL_TRACES_EXPORTER must be one of {', '.join(EXPORTERS)}, not {name!r}"
+        )
+    if name == "none":
+        return None
+    provider = TracerProvider(resource=Resource.create({"service.name": "effect-broker"}))
+    provider.add_span_processor(BatchSpanProcessor(_exporter(name, env)))
     trace.set_tracer_provider(provider)
+    return provider
+
+
+def _exporter(name: str, env: Mapping[str, str]) -> SpanExporter:
+    if name == "console":
+        return ConsoleSpanExporter()
+    protocol = (
+        env.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
+        or env.get("OTEL_EXPORTER_OTLP_PROTOCOL")
+        or "http/protobuf"
+    ).strip()
+    if protocol == "grpc":
+        from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import (
+            OTLPSpanExporter as GrpcExporter,
+        )
+
+        return GrpcExporter()
+    if protocol != "http/protobuf":
+        raise ValueError(
+            f"OTEL_EXPORTER_OTLP_PROTOCOL must be one of {', '.join(PROTOCOLS)}, "
+            f"not {protocol!r}"
+        )
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import (
+        OTLPSpanExporter as HttpExporter,
+    )
+
+    return HttpExporter()
 
 
 def incoming_context(headers: Mapping[str, str]) -> Context:
     return propagate.extract(headers)
 
 
-def with_current_context(headers: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
-    """The headers with ``traceparent``/``tracestate`` replaced by the current span's."""
+def current_context_headers() -> dict[str, str]:
+    """``traceparent`` (and ``tracestate``) of the current span; empty without one."""
     carrier: dict[str, str] = {}
     propagate.inject(carrier)
+    return carrier
+
+
+def with_current_context(headers: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
+    """The headers with ``traceparent``/``tracestate`` replaced by the current span's."""
     kept = [(name, value) for name, value in headers if name.lower() not in TRACE_HEADERS]
-    return kept + list(carrier.items())
+    return kept + list(current_context_headers().items())
+
+
+def links_to(stored: object) -> list[Link]:
+    """A link to the span whose context was stored with an effect, if any was."""
+    if not isinstance(stored, Mapping):
+        return []
+    context = trace.get_current_span(propagate.extract(dict(stored))).get_span_context()
+    return [Link(context)] if context.is_valid else []
+
+
+@contextmanager
+def ledger_span(operation: str) -> Iterator[Span]:
+    """One ledger call: the statement's name, never its parameters."""
+    with tracer.start_as_current_span(
+        f"ledger {operation}",
+        kind=SpanKind.CLIENT,
+        attributes={"db.system.name": "postgresql", "db.operation.name": operation},
+    ) as span:
+        yield span
 
 
 def key_digest(operation_key: str) -> str:

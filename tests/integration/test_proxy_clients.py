@@ -347,7 +347,8 @@ def spans() -> InMemorySpanExporter:
 async def test_the_clients_trace_continues_upstream_through_the_proxys_span(
     database_url: str, tmp_path: Path, spans: InMemorySpanExporter
 ) -> None:
-    """One ``traceparent`` reaches the target: the client's trace, the proxy's span."""
+    """One ``traceparent`` reaches the target: the client's trace, the proxy's upstream
+    span, a child of the proxy's server span."""
     trace_id = "4bf92f3577b34da6a3ce929d0e0e4736"
     headers = {
         **charge_headers(),
@@ -370,7 +371,10 @@ async def test_the_clients_trace_continues_upstream_through_the_proxys_span(
         [span] = [
             s for s in spans.get_finished_spans() if s.name == "effect echo-reverse"
         ]
-        assert sent_parent == format(span.context.span_id, "016x")
+        [upstream] = [s for s in spans.get_finished_spans() if s.name == "POST"]
+        assert sent_parent == format(upstream.context.span_id, "016x")
+        assert upstream.parent is not None
+        assert upstream.parent.span_id == span.context.span_id
         assert span.parent is not None and span.parent.span_id == 0x00F067AA0BA902B7
         attributes = dict(span.attributes or {})
         assert attributes["effect_broker.status"] == "succeeded"

@@ -86,7 +86,13 @@ class Effect(Answer):
     lease_expires_at: datetime | None
     last_error: str | None = Field(description="Why it is not settled, if known.")
     request_preview: dict[str, Any] = Field(
-        description="Method, path, content type and size of the request; no values."
+        description="Method, path, content type and size of the request, and the trace "
+        "context of the request span; no values."
+    )
+    trace_id: str | None = Field(
+        pattern="^[0-9a-f]{32}$",
+        description="The OpenTelemetry trace of the request that made the effect, when "
+        "tracing was on: search the tracing backend for it.",
     )
 
 

@@ -113,7 +113,19 @@ def effect_view(effect: Effect) -> schemas.Effect:
         lease_expires_at=effect.lease_expires_at,
         last_error=effect.last_error,
         request_preview=dict(effect.request_preview),
+        trace_id=trace_id_of(effect),
     )
+
+
+def trace_id_of(effect: Effect) -> str | None:
+    """The trace the request that made the effect belongs to, from its ``traceparent``
+    (``version-traceid-spanid-flags``): what to search the tracing backend for."""
+    trace = effect.request_preview.get("trace")
+    traceparent = trace.get("traceparent") if isinstance(trace, dict) else None
+    if not isinstance(traceparent, str):
+        return None
+    parts = traceparent.split("-")
+    return parts[1] if len(parts) == 4 and len(parts[1]) == 32 else None
 
 
 def page_view(

@@ -95,9 +95,6 @@ class Settings(BaseSettings):
     passthrough_connections: int = Field(
         100, ge=1, description="Connections for requests no route records."
     )
-    traces: str = Field(
-        "none", description="OpenTelemetry span exporter: none or console."
-    )
     pool_min_size: int = Field(1, ge=1)
     pool_max_size: int = Field(10, ge=1)
 

@@ -31,7 +31,6 @@ from effect_broker.engine.wiring import Wiring
 from effect_broker.headers import upstream_request_headers
 from effect_broker.models import Effect, EffectStatus, ReceiptSource
 from effect_broker.state_machine import TERMINAL
-from effect_broker.tracing import with_current_context
 
 TRUNCATED_HEADER = "Effect-Receipt-Truncated"
 
@@ -50,9 +49,7 @@ def outgoing_request(
         downstream_key=downstream_key,
         inject=injected.get(route.name, {}),
     )
-    return StoredRequest(
-        stored.method, stored.url, with_current_context(headers), stored.body
-    )
+    return StoredRequest(stored.method, stored.url, headers, stored.body)
 
 
 @dataclass(frozen=True, slots=True)

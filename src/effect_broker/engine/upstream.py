@@ -17,10 +17,12 @@ from datetime import timedelta
 from enum import StrEnum
 
 import aiohttp
+from opentelemetry.trace import SpanKind, StatusCode
 from yarl import URL
 
 from effect_broker.engine.messages import StoredResponse
 from effect_broker.headers import Headers, response_headers
+from effect_broker.tracing import tracer, with_current_context
 
 
 class Delivery(StrEnum):
@@ -69,7 +71,46 @@ async def send(
     timeout: timedelta,
     max_body: int,
 ) -> AttemptResult:
-    """Send once and read at most ``max_body`` bytes of the answer."""
+    """Send once and read at most ``max_body`` bytes of the answer, in a client span
+    whose context the target receives. The URL is not an attribute: a lookup's URL
+    carries the derived key, which no span may hold."""
+    target = URL(url, encoded=True)
+    with tracer.start_as_current_span(
+        method,
+        kind=SpanKind.CLIENT,
+        attributes={
+            "http.request.method": method,
+            "server.address": target.host or "",
+            "server.port": target.port or 0,
+            "url.scheme": target.scheme,
+        },
+    ) as span:
+        result = await _send(
+            session,
+            method=method,
+            url=target,
+            headers=with_current_context(headers),
+            body=body,
+            timeout=timeout,
+            max_body=max_body,
+        )
+        if result.response is not None:
+            span.set_attribute("http.response.status_code", result.response.status)
+        else:
+            span.set_status(StatusCode.ERROR, result.delivery.value)
+        return result
+
+
+async def _send(
+    session: aiohttp.ClientSession,
+    *,
+    method: str,
+    url: URL,
+    headers: Headers,
+    body: bytes,
+    timeout: timedelta,
+    max_body: int,
+) -> AttemptResult:
     seconds = timeout.total_seconds()
     started = time.perf_counter()
     response: aiohttp.ClientResponse | None = None
@@ -77,7 +118,7 @@ async def send(
         async with asyncio.timeout(seconds):
             response = await session.request(
                 method,
-                URL(url, encoded=True),
+                url,
                 headers=headers,
                 data=body if body else None,
                 allow_redirects=False,

@@ -50,7 +50,12 @@ from effect_broker.problems import effect_headers, problem_response
 from effect_broker.proxy.edge_input import printable
 from effect_broker.proxy.receipt_cache import SettledReplay
 from effect_broker.proxy.state import ProxyState
-from effect_broker.tracing import incoming_context, key_digest, tracer
+from effect_broker.tracing import (
+    current_context_headers,
+    incoming_context,
+    key_digest,
+    tracer,
+)
 
 MAX_OPERATION_KEY = 255
 PAYLOAD_MISMATCH = (
@@ -329,6 +334,9 @@ class EffectRequest:
             "path": printable(self.request.rel_url.path),
             "content_type": None if content_type is None else printable(content_type),
             "body_bytes": len(body),
+            # The request span's context: a reconciler that settles this effect later
+            # links its own span to it, so the whole story is one click apart.
+            "trace": current_context_headers(),
         }
 
 

@@ -168,7 +168,7 @@ class Store(LedgerReads):
         effect is committed already DISPATCHING, its first attempt recorded and leased
         to ``owner``, in the same transaction as the reservation.
         """
-        async with translated():
+        async with translated("reserve"):
             row = await self._pool.fetchrow(
                 self._sql["reserve"],
                 effect_id or uuid4(),
@@ -311,7 +311,7 @@ class Store(LedgerReads):
         if status not in _SETTLED:
             raise ValueError(f"a receipt settles an effect; {status} is not settled")
         check_transition(effect.status, status, effect.safety)
-        async with translated():
+        async with translated("record_receipt"):
             row = await self._pool.fetchrow(
                 self._sql["record_receipt"],
                 effect.effect_id,
@@ -349,14 +349,14 @@ class Store(LedgerReads):
         Claiming bumps the version, so whoever held an expired lease is fenced from now
         on.
         """
-        async with translated():
+        async with translated("claim_due"):
             rows = await self._pool.fetch(self._sql["claim_due"], limit, owner, lease)
         return [effect_of(row) for row in rows]
 
     # -- helpers ------------------------------------------------------------------------
 
     async def _write_one(self, query: str, effect: Effect, *args: Any) -> Effect:
-        async with translated():
+        async with translated(query):
             row = await self._pool.fetchrow(self._sql[query], *args)
         if row is None:
             raise self._stale(effect)

@@ -97,7 +97,7 @@ class LedgerReads:
         return EffectPage(effects=effects, next_cursor=next_cursor)
 
     async def receipt(self, tenant_id: str, effect_id: UUID) -> Receipt | None:
-        async with translated():
+        async with translated("get_receipt"):
             row = await self._pool.fetchrow(
                 self._sql["get_receipt"], tenant_id, effect_id
             )

@@ -8,16 +8,27 @@ database refused the operation itself).
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, nullcontext
 
 import asyncpg
 
 from effect_broker.errors import ReceiptExists, StoreError, StoreUnavailable
+from effect_broker.tracing import ledger_span
 
 
 @asynccontextmanager
-async def translated() -> AsyncIterator[None]:
-    """Turn driver errors into ours, so nothing above the store knows about asyncpg."""
+async def translated(operation: str | None = None) -> AsyncIterator[None]:
+    """Turn driver errors into ours, so nothing above the store knows about asyncpg.
+
+    With ``operation`` (the statement's name) the call is also a span of its own.
+    """
+    with ledger_span(operation) if operation else nullcontext():
+        async with _translated_errors():
+            yield
+
+
+@asynccontextmanager
+async def _translated_errors() -> AsyncIterator[None]:
     try:
         yield
     except (
