@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 from effect_broker.cli.doctor import up_database
@@ -11,7 +13,8 @@ from effect_broker.cli.doctor import up_database
 def postmaster_pid(data_dir: Path, pid: int) -> None:
     """The first lines of PostgreSQL's postmaster.pid: pid, data, start, port, socket."""
     (data_dir / "postgres").mkdir(parents=True)
-    lines = [str(pid), str(data_dir / "postgres"), "1700000000", "54321", "/run/sock"]
+    socket_dir = str(data_dir / "sock")
+    lines = [str(pid), str(data_dir / "postgres"), "1700000000", "54321", socket_dir]
     (data_dir / "postgres" / "postmaster.pid").write_text("\n".join(lines) + "\n")
 
 
@@ -20,12 +23,13 @@ def test_a_running_server_gives_its_socket_dsn(tmp_path: Path) -> None:
 
     dsn = up_database(tmp_path)
 
-    assert dsn == "postgresql://postgres@/postgres?host=/run/sock&port=54321"
+    assert dsn == f"postgresql://postgres@/postgres?host={tmp_path}/sock&port=54321"
 
 
 def test_a_stale_pid_file_or_none_gives_nothing(tmp_path: Path) -> None:
     assert up_database(tmp_path) is None
-    dead = max(int(entry) for entry in os.listdir("/proc") if entry.isdigit()) + 100_000
-    postmaster_pid(tmp_path, dead)
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()  # reaped: its pid names no process any more
+    postmaster_pid(tmp_path, child.pid)
 
     assert up_database(tmp_path) is None
