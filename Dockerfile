@@ -1,6 +1,7 @@
 # effect-broker: the proxy image. Build: docker build -t effect-broker .
 # The image runs `effect-broker serve`; it needs EFFECT_BROKER_DATABASE_URL and
-# EFFECT_BROKER_MASTER_KEY (see docker-compose.yml and deploy/).
+# EFFECT_BROKER_MASTER_KEY (see docker-compose.yml and deploy/). It runs as uid 10001,
+# named by number so that Kubernetes' runAsNonRoot can verify it is not root.
 
 FROM python:3.11-slim AS build
 WORKDIR /src
@@ -9,13 +10,14 @@ COPY src ./src
 RUN pip wheel --no-cache-dir --wheel-dir /wheels .
 
 FROM python:3.11-slim
-RUN useradd --system --uid 10001 --home-dir /app --create-home broker
+RUN groupadd --system --gid 10001 broker \
+    && useradd --system --uid 10001 --gid 10001 --home-dir /app --create-home broker
 COPY --from=build /wheels /wheels
 RUN pip install --no-cache-dir /wheels/*.whl && rm -rf /wheels
 WORKDIR /app
-COPY --chown=broker:broker routes.yaml ./routes.yaml
-COPY --chown=broker:broker examples ./examples
-USER broker
+COPY --chown=10001:10001 routes.yaml ./routes.yaml
+COPY --chown=10001:10001 examples ./examples
+USER 10001:10001
 ENV EFFECT_BROKER_LISTEN=0.0.0.0:8080 \
     EFFECT_BROKER_ADMIN_LISTEN=0.0.0.0:8081 \
     EFFECT_BROKER_ROUTES=/app/routes.yaml \

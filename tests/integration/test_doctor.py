@@ -3,26 +3,53 @@
 from __future__ import annotations
 
 import asyncio
+import re
 from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner, Result
 
 from effect_broker.cli import _register, app
+from effect_broker.cli.up import load_or_create_secret
 from effect_broker.crypto import MasterKey
 from effect_broker.store import Store
 
 ROOT_ROUTES = Path(__file__).resolve().parents[2] / "routes.yaml"
 
 
-async def run_doctor(database_url: str, master_key: str) -> Result:
+async def run_doctor(
+    database_url: str, master_key: str | None, data_dir: Path | None = None
+) -> Result:
+    """``doctor`` with ``master_key`` as the shell's (None: unset) and up's data dir."""
     _register()
+    argv = ["doctor", "--database-url", database_url, "--routes", str(ROOT_ROUTES)]
+    if data_dir is not None:
+        argv += ["--data-dir", str(data_dir)]
     return await asyncio.to_thread(
         CliRunner().invoke,
         app,
-        ["doctor", "--database-url", database_url, "--routes", str(ROOT_ROUTES)],
-        env={"EFFECT_BROKER_MASTER_KEY": master_key, "COLUMNS": "200"},
+        argv,
+        env={
+            "EFFECT_BROKER_MASTER_KEY": master_key,
+            "EFFECT_BROKER_DATA_DIR": None,
+            "COLUMNS": "1000",
+        },
     )
+
+
+def up_data_dir(tmp_path: Path) -> tuple[Path, MasterKey]:
+    """A data directory as ``effect-broker up`` leaves it: the key in master.key."""
+    directory = tmp_path / ".effect-broker"
+    directory.mkdir()
+    value, created = load_or_create_secret(
+        directory / "master.key", lambda: MasterKey.generate().to_base64()
+    )
+    assert created
+    return directory, MasterKey.from_base64(value)
+
+
+def flat(result: Result) -> str:
+    return re.sub(r"\s+", " ", result.output)
 
 
 @pytest.fixture
@@ -52,7 +79,7 @@ async def test_another_master_key_than_the_ledgers_fails(
 
 
 async def test_pending_migrations_and_a_missing_key_fail(empty_database_url: str) -> None:
-    result = await run_doctor(empty_database_url, "")
+    result = await run_doctor(empty_database_url, "", Path("/nonexistent"))
 
     assert result.exit_code == 1
     assert "pending: 0001_initial" in result.output
@@ -66,3 +93,65 @@ async def test_doctor_never_writes_to_the_ledger(
 
     # A first proxy start records its key; doctor must not have claimed the ledger.
     await store.check_master_key(MasterKey.generate().key_id)
+
+
+async def test_after_up_an_unset_key_points_at_ups_key_file(
+    database_url: str, store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _, key = up_data_dir(tmp_path)
+    await store.check_master_key(key.key_id)  # up's proxy started and recorded it
+    monkeypatch.chdir(tmp_path)
+
+    result = await run_doctor(database_url, None)
+
+    text = flat(result)
+    assert result.exit_code == 1
+    assert (
+        "not set in this shell (found ./.effect-broker/master.key: "
+        "export EFFECT_BROKER_MASTER_KEY=$(cat .effect-broker/master.key))"
+    ) in text
+    assert "the ledger was written with ./.effect-broker/master.key" in text
+    assert "Create one" not in text
+
+
+async def test_a_wrong_key_is_told_apart_and_never_replaced_by_a_new_one(
+    database_url: str, store: Store, tmp_path: Path
+) -> None:
+    data_dir, key = up_data_dir(tmp_path)
+    await store.check_master_key(key.key_id)
+
+    result = await run_doctor(database_url, MasterKey.generate().to_base64(), data_dir)
+
+    text = flat(result)
+    assert result.exit_code == 1
+    assert (
+        f"wrong key for this ledger: its payloads are under master key {key.key_id}"
+        in text
+    )
+    assert f"(it is in {data_dir}/master.key: export EFFECT_BROKER_MASTER_KEY" in text
+    assert "never a new one" in text
+    assert "Create one" not in text
+
+
+@pytest.mark.parametrize("shell_key", [None, "not base64!"])
+async def test_a_ledger_with_payloads_never_gets_a_new_key_advised(
+    database_url: str, store: Store, tmp_path: Path, shell_key: str | None
+) -> None:
+    ledger_key = MasterKey.generate()
+    await store.check_master_key(ledger_key.key_id)
+
+    result = await run_doctor(database_url, shell_key, tmp_path / "nothing-here")
+
+    text = flat(result)
+    assert result.exit_code == 1
+    assert f"holds payloads under master key {ledger_key.key_id}" in text
+    assert "Create one" not in text
+
+
+async def test_a_fresh_ledger_without_a_key_is_told_how_to_make_one(
+    database_url: str, tmp_path: Path
+) -> None:
+    result = await run_doctor(database_url, None, tmp_path / "nothing-here")
+
+    assert result.exit_code == 1
+    assert "EFFECT_BROKER_MASTER_KEY is not set. Create one with" in flat(result)

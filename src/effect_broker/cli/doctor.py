@@ -11,17 +11,19 @@ import os
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from pathlib import Path
+from typing import Annotated
 from urllib.parse import urlsplit
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
+from effect_broker.cli.doctor_keys import KeyFile, configured_key, ledger_key
 from effect_broker.cli.options import DatabaseUrl, Routes, settings_from
 from effect_broker.config.routes_config import RoutesConfig
 from effect_broker.config.routes_file import load_routes, resolve_inject_headers
 from effect_broker.config.settings import Settings
-from effect_broker.crypto import Keyring, MasterKey
 from effect_broker.errors import EffectBrokerError
 from effect_broker.store import Store
 
@@ -80,6 +82,23 @@ async def _upstreams(config: RoutesConfig) -> list[Finding]:
     return findings
 
 
+def up_database(data_dir: Path) -> str | None:
+    """The DSN of the embedded PostgreSQL that ``up`` runs in ``data_dir``, if running.
+
+    Read from the server's own ``postmaster.pid`` (port and socket directory), so a
+    doctor in another shell checks the ledger ``up`` serves without being told.
+    """
+    try:
+        lines = (data_dir / "postgres" / "postmaster.pid").read_text().splitlines()
+        pid, port, socket_dir = int(lines[0]), int(lines[3]), lines[4].strip()
+        os.kill(pid, 0)
+    except (OSError, ValueError, IndexError):
+        return None
+    if not socket_dir:
+        return None
+    return f"postgresql://postgres@/postgres?host={socket_dir}&port={port}"
+
+
 async def diagnose(settings: Settings) -> list[Finding]:
     findings: list[Finding] = []
     try:
@@ -92,31 +111,38 @@ async def diagnose(settings: Settings) -> list[Finding]:
     except EffectBrokerError as exc:
         findings.append(Finding("routes", False, exc.message))
         config = None
-    try:
-        master = MasterKey.from_base64(
-            settings.master_key.get_secret_value() if settings.master_key else None
-        )
-        keyring: Keyring | None = Keyring(master)
-        findings.append(Finding("master key", True, f"key id {master.key_id}"))
-    except EffectBrokerError as exc:
-        findings.append(Finding("master key", False, exc.message))
-        keyring = None
-    if not settings.database_url:
-        findings.append(
+    database_url, source = settings.database_url, ""
+    if not database_url and (embedded := up_database(settings.data_dir)):
+        database_url = embedded
+        source = f" (`effect-broker up`'s embedded PostgreSQL in {settings.data_dir})"
+    ledger_keys: list[str] | None = None
+    if not database_url:
+        database = [
             Finding("database", False, "set EFFECT_BROKER_DATABASE_URL or --database-url")
-        )
+        ]
     else:
-        findings += await _database(settings.database_url, keyring)
+        database, ledger_keys = await _database(database_url, source)
+    key_file = KeyFile.find(settings.data_dir)
+    value = settings.master_key.get_secret_value() if settings.master_key else None
+    master, keyring = configured_key(value, key_file, ledger_keys)
+    findings.append(Finding("master key", master.ok, master.detail))
+    findings += database
+    if ledger_keys is not None:
+        ledger = ledger_key(keyring, key_file, ledger_keys)
+        findings.append(Finding("ledger key", ledger.ok, ledger.detail))
     if config is not None:
         findings += await _upstreams(config)
     return findings
 
 
-async def _database(database_url: str, keyring: Keyring | None) -> list[Finding]:
+async def _database(
+    database_url: str, source: str
+) -> tuple[list[Finding], list[str] | None]:
+    """The database findings, and the ledger's master key ids when they could be read."""
     try:
         store = await Store.connect(database_url, max_size=1)
     except EffectBrokerError as exc:
-        return [Finding("database", False, exc.message)]
+        return [Finding("database", False, exc.message)], None
     try:
 
         async def migrations() -> Finding:
@@ -139,24 +165,33 @@ async def _database(database_url: str, keyring: Keyring | None) -> list[Finding]
                 + ("" if ok else "; leases and deadlines need synchronized clocks (NTP)"),
             )
 
-        async def key() -> Finding:
-            if keyring is None:
-                return Finding("ledger key", False, "no valid master key to compare")
-            await store.check_master_key(keyring.key_id, record=False)
-            return Finding("ledger key", True, "the ledger was written with this key")
-
-        findings = [Finding("database", True, "reachable")]
+        findings = [Finding("database", True, "reachable" + source)]
         for check, probe in (("migrations", migrations), ("clock skew", skew)):
             findings.append(await _guard(check, probe))
-        findings.append(await _guard("ledger key", key))
-        return findings
+        try:
+            ledger_keys: list[str] | None = await store.master_key_ids()
+        except EffectBrokerError as exc:
+            findings.append(Finding("ledger key", False, exc.message))
+            ledger_keys = None
+        return findings, ledger_keys
     finally:
         await store.close()
 
 
-def doctor(routes: Routes = None, database_url: DatabaseUrl = None) -> None:
+def doctor(
+    routes: Routes = None,
+    database_url: DatabaseUrl = None,
+    data_dir: Annotated[
+        Path | None,
+        typer.Option(
+            help="where `effect-broker up` keeps its key and database "
+            "[default: ./.effect-broker]",
+            show_default=False,
+        ),
+    ] = None,
+) -> None:
     """Check routes, secrets, master key, database, migrations, clock and upstreams."""
-    settings = settings_from(routes=routes, database_url=database_url)
+    settings = settings_from(routes=routes, database_url=database_url, data_dir=data_dir)
     findings = asyncio.run(diagnose(settings))
     table = Table("check", "result", "detail", title="effect-broker doctor")
     for finding in findings:

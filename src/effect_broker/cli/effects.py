@@ -23,6 +23,7 @@ from rich.table import Table
 from rich.text import Text
 
 from effect_broker.cli.admin_client import AdminClient, AdminProblem, AdminUnreachable
+from effect_broker.cli.effects_table import effects_table
 
 DEFAULT_ADMIN_URL = "http://127.0.0.1:8081"
 
@@ -89,17 +90,6 @@ def _status(status: str) -> Text:
     return Text(status, style=STATUS_STYLES.get(status, ""))
 
 
-def _age(stamp: str | None, now: datetime) -> str:
-    """How long ago, in the largest unit that fits: what a person scans a list for."""
-    if not stamp:
-        return "-"
-    seconds = max(int((now - datetime.fromisoformat(stamp)).total_seconds()), 0)
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if seconds >= size:
-            return f"{seconds // size}{unit} ago"
-    return f"{seconds}s ago"
-
-
 def _clock(stamp: str) -> str:
     """A UTC wall-clock time to the millisecond: enough to read a history in order."""
     moment = datetime.fromisoformat(stamp).astimezone(UTC)
@@ -110,8 +100,50 @@ def _plural(count: int, word: str) -> str:
     return f"{count} {word}" if count == 1 else f"{count} {word}s"
 
 
-def _effect_path(effect_id: str) -> str:
-    return f"/v1/effects/{quote(effect_id, safe='')}"
+MAX_PREFIX_PAGES = 20
+
+
+def _effect_path(client: AdminClient, effect_id: str) -> str:
+    """The API path of an effect named by its id or, as ``list`` shows it, a prefix.
+
+    The API takes whole ids only, so a prefix is looked up in the newest effects (a
+    bounded scan); an ambiguous or unknown prefix is an error that says what to do.
+    """
+    digits = effect_id.replace("-", "").lower()
+    if (
+        len(digits) >= 32
+        or not digits
+        or any(c not in "0123456789abcdef" for c in digits)
+    ):
+        return f"/v1/effects/{quote(effect_id, safe='')}"
+    matches: list[str] = []
+    cursor = None
+    for _ in range(MAX_PREFIX_PAGES):
+        query: dict[str, Any] = {"limit": 500, **({"cursor": cursor} if cursor else {})}
+        page = client.call("GET", "/v1/effects", query=query)
+        matches += [
+            e["id"]
+            for e in page["effects"]
+            if e["id"].replace("-", "").startswith(digits)
+        ]
+        cursor = page.get("next_cursor")
+        if len(matches) > 1 or not cursor:
+            break
+    if len(matches) != 1:
+        found = "matches several effects" if matches else "matches no recent effect"
+        raise typer.BadParameter(
+            f"{effect_id!r} {found}; give the whole id "
+            "(`effect-broker effects list --output json` shows it)",
+            param_hint="EFFECT_ID",
+        )
+    return f"/v1/effects/{matches[0]}"
+
+
+class Output(StrEnum):
+    """How ``effects list`` prints: a table for people, JSON for programs."""
+
+    TABLE = "table"
+    JSON = "json"
 
 
 @effects_app.command("list")
@@ -132,7 +164,19 @@ def list_effects(
     cursor: Annotated[
         str | None, typer.Option("--cursor", help="next page, as printed")
     ] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="print the raw JSON")] = False,
+    output: Annotated[
+        Output,
+        typer.Option(
+            "--output",
+            "-o",
+            help="table (ids shortened to 8 hex digits; `inspect` shows the whole id) "
+            "or json (the admin API's effect objects, one array)",
+            case_sensitive=False,
+        ),
+    ] = Output.TABLE,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="the same as --output json", hidden=True)
+    ] = False,
     admin_url: AdminUrl = DEFAULT_ADMIN_URL,
     token: Token = None,
 ) -> None:
@@ -149,44 +193,25 @@ def list_effects(
             query[name] = value
     with _reported():
         page = AdminClient(admin_url, token).call("GET", "/v1/effects", query=query)
-    out = _out()
-    if as_json:
-        out.print_json(data=page)
-        return
     effects: list[dict[str, Any]] = page["effects"]
-    now = datetime.now(UTC)
-    # Ids, statuses and numbers never wrap; the free text folds into what is left.
-    table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
-    for column in ("ID", "STATUS"):
-        table.add_column(column, no_wrap=True)
-    table.add_column("SAFETY", overflow="fold", min_width=6)
-    table.add_column("ROUTE", overflow="fold", min_width=6)
-    table.add_column("OPERATION KEY", overflow="fold", min_width=10)
-    table.add_column("TRIES", no_wrap=True, justify="right")
-    table.add_column("AGE", no_wrap=True)
-    table.add_column("LAST ERROR", overflow="fold", min_width=12)
-    for effect in effects:
-        table.add_row(
-            effect["id"],
-            effect["status"],
-            effect["safety"],
-            effect["route"],
-            effect["operation_key"],
-            str(effect["attempts"]),
-            _age(effect["created_at"], now),
-            effect["last_error"] or "",
-            style=STATUS_STYLES.get(effect["status"]),
-        )
+    more = f"more: add --cursor {page['next_cursor']}" if page.get("next_cursor") else ""
+    if as_json or output is Output.JSON:
+        # Only the array on stdout, so `| jq` works; the next page's cursor on stderr.
+        typer.echo(json.dumps(effects, indent=2, ensure_ascii=False))
+        if more:
+            Console(stderr=True, highlight=False, soft_wrap=True).print(more)
+        return
+    out = _out()
     if effects:
-        out.print(table)
+        out.print(effects_table(effects, out.width, STATUS_STYLES.get))
     unknown = sum(effect["status"] == "outcome_unknown" for effect in effects)
     review = sum(effect["status"] == "manual_review" for effect in effects)
     summary = f"{_plural(len(effects), 'effect')}, {unknown} unknown"
     if review:
         summary += f", {review} in manual review"
     out.print(Text(summary, style="bold red" if unknown else ""))
-    if page.get("next_cursor"):
-        out.print(f"more: add --cursor {page['next_cursor']}")
+    if more:
+        out.print(more, soft_wrap=True)
 
 
 def _details(details: Mapping[str, Any]) -> str:
@@ -226,7 +251,12 @@ def _print_effect(out: Console, effect: Mapping[str, Any]) -> None:
 
 @effects_app.command("inspect")
 def inspect(
-    effect_id: Annotated[str, typer.Argument(help="the effect's id (Effect-Id header)")],
+    effect_id: Annotated[
+        str,
+        typer.Argument(
+            help="the effect's id (Effect-Id header) or the start `list` shows"
+        ),
+    ],
     at_sequence: Annotated[
         int | None,
         typer.Option("--at-sequence", min=1, help="also show the state after event N"),
@@ -238,9 +268,8 @@ def inspect(
     """Show one effect, what its contract can prove, and its event history."""
     query = {"at_sequence": at_sequence} if at_sequence is not None else None
     with _reported():
-        effect = AdminClient(admin_url, token).call(
-            "GET", _effect_path(effect_id), query=query
-        )
+        client = AdminClient(admin_url, token)
+        effect = client.call("GET", _effect_path(client, effect_id), query=query)
     out = _out()
     if as_json:
         out.print_json(data=effect)
@@ -297,9 +326,8 @@ def reconcile(
 ) -> None:
     """Have the reconciler look at an effect now (never resends an unsafe one)."""
     with _reported():
-        effect = AdminClient(admin_url, token).call(
-            "POST", _effect_path(effect_id) + "/reconcile"
-        )
+        client = AdminClient(admin_url, token)
+        effect = client.call("POST", _effect_path(client, effect_id) + "/reconcile")
     _out().print(
         Text(f"effect {effect['id']} is ")
         + _status(effect["status"])
@@ -357,9 +385,9 @@ def resolve(
     if external_id is not None:
         body["external_id"] = external_id
     with _reported():
-        effect = AdminClient(admin_url, token).call(
-            "POST", _effect_path(effect_id) + "/resolve", body=body
-        )
+        client = AdminClient(admin_url, token)
+        path = _effect_path(client, effect_id) + "/resolve"
+        effect = client.call("POST", path, body=body)
     out = _out()
     out.print(
         Text(f"effect {effect['id']} resolved as {resolution.value}; status now ")

@@ -25,11 +25,13 @@ async def _migrate(database_url: str) -> list[Migration]:
 def migrate(database_url: DatabaseUrl = None) -> None:
     """Apply pending migrations; safe to run again and from several places at once."""
     console = Console()
-    dsn = require_database(database_url, console)
+    # Errors go to stderr unwrapped: one line a script or a person can grep.
+    errors = Console(stderr=True, soft_wrap=True, highlight=False)
+    dsn = require_database(database_url, errors)
     try:
         applied = {migration.version for migration in asyncio.run(_migrate(dsn))}
     except EffectBrokerError as exc:
-        console.print(f"[red]error:[/] {exc.message}")
+        errors.print(f"[red]error:[/] {exc.message}")
         raise typer.Exit(1) from exc
     table = Table("version", "migration", "status", title="Ledger schema")
     for migration in load_migrations():

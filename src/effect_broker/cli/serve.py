@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
+import re
 
 import typer
 from rich.console import Console
@@ -23,7 +25,7 @@ from effect_broker.errors import EffectBrokerError
 from effect_broker.failpoints import ARMED
 from effect_broker.proxy.edge import EdgeLimits
 from effect_broker.runtime import open_runtime
-from effect_broker.server import serve_until_stopped
+from effect_broker.server import serve_until_stopped, split_address
 
 console = Console(stderr=True, soft_wrap=True)
 
@@ -36,10 +38,65 @@ def announce_failpoints() -> None:
         )
 
 
+# Which flag and variable set each address, for errors that must say how to change it.
+ADDRESS_SETTINGS = {
+    "listen": ("proxy", "--listen", "EFFECT_BROKER_LISTEN"),
+    "admin_listen": ("admin", "--admin-listen", "EFFECT_BROKER_ADMIN_LISTEN"),
+}
+_BIND_ERRORS = {errno.EADDRINUSE, errno.EADDRNOTAVAIL, errno.EACCES}
+_BOUND_PORT = re.compile(r"address \('[^']*', (\d+)\)")
+
+
+def _check_addresses(settings: Settings) -> None:
+    """Refuse an address that is not host:port before anything starts."""
+    for field, (role, flag, variable) in ADDRESS_SETTINGS.items():
+        address = getattr(settings, field)
+        try:
+            split_address(address)
+        except ValueError:
+            raise EffectBrokerError(
+                f"the {role} address {address!r} is not host:port; "
+                f"set {flag} or {variable}"
+            ) from None
+
+
+def bind_failure(settings: Settings, exc: OSError) -> EffectBrokerError | None:
+    """A listening socket that could not open, as one line that says what to change.
+
+    asyncio names the port in its message; that tells the proxy from the admin port.
+    """
+    if exc.errno not in _BIND_ERRORS:
+        return None
+    found = _BOUND_PORT.search(str(exc))
+    culprits = [
+        field
+        for field in ADDRESS_SETTINGS
+        if found is None or split_address(getattr(settings, field))[1] == int(found[1])
+    ] or list(ADDRESS_SETTINGS)
+    reason = {
+        errno.EADDRINUSE: "is already in use (another effect-broker, or another program)",
+        errno.EADDRNOTAVAIL: "is not an address of this machine",
+        errno.EACCES: "needs privileges this process lacks (a port below 1024?)",
+    }[exc.errno]
+    parts = []
+    for field in culprits:
+        role, flag, variable = ADDRESS_SETTINGS[field]
+        parts.append(
+            f"the {role} address {getattr(settings, field)} {reason}; "
+            f"choose another with {flag} or {variable}"
+        )
+    return EffectBrokerError("; ".join(parts))
+
+
 async def run_proxy(
     settings: Settings, *, migrate: bool = False, banner: str | None = None
 ) -> None:
-    """Serve until SIGINT/SIGTERM. ``banner`` may use {proxy} and {admin} URLs."""
+    """Serve until SIGINT/SIGTERM. ``banner`` may use {proxy} and {admin} URLs.
+
+    Every failure a person can fix (routes, database, addresses) leaves as an
+    ``EffectBrokerError`` whose message is the whole story: callers print one line.
+    """
+    _check_addresses(settings)
     config = load_routes(settings.routes)
     async with open_runtime(settings, config, migrate=migrate) as state:
 
@@ -57,15 +114,21 @@ async def run_proxy(
                     banner.format(proxy=proxy_url, admin=admin_url), highlight=False
                 )
 
-        await serve_until_stopped(
-            state,
-            listen=settings.listen,
-            admin_listen=settings.admin_listen,
-            on_ready=ready,
-            reconcile=settings.reconciler,
-            admin_token=settings.admin_token,
-            edge=EdgeLimits.from_settings(settings),
-        )
+        try:
+            await serve_until_stopped(
+                state,
+                listen=settings.listen,
+                admin_listen=settings.admin_listen,
+                on_ready=ready,
+                reconcile=settings.reconciler,
+                admin_token=settings.admin_token,
+                edge=EdgeLimits.from_settings(settings),
+            )
+        except OSError as exc:
+            failure = bind_failure(settings, exc)
+            if failure is None:
+                raise
+            raise failure from exc
 
 
 def serve(

@@ -106,6 +106,16 @@ class Store(LedgerReads):
             now: datetime = await self._pool.fetchval(self._sql["clock"])
         return now
 
+    async def master_key_ids(self) -> list[str]:
+        """Ids of the master keys payloads here were encrypted under, oldest first.
+
+        Empty means no proxy has started against this ledger yet: only then is a new
+        master key harmless.
+        """
+        async with translated():
+            rows = await self._pool.fetch(self._sql["list_master_keys"])
+        return [row["key_id"] for row in rows]
+
     async def check_master_key(self, key_id: str, *, record: bool = True) -> None:
         """Refuse a master key other than the one that encrypted what is stored here.
 

@@ -1,0 +1,35 @@
+"""doctor finds the embedded PostgreSQL of a running ``effect-broker up`` by itself."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from effect_broker.cli.doctor import up_database
+
+
+def postmaster_pid(data_dir: Path, pid: int) -> None:
+    """The first lines of PostgreSQL's postmaster.pid: pid, data, start, port, socket."""
+    (data_dir / "postgres").mkdir(parents=True)
+    socket_dir = str(data_dir / "sock")
+    lines = [str(pid), str(data_dir / "postgres"), "1700000000", "54321", socket_dir]
+    (data_dir / "postgres" / "postmaster.pid").write_text("\n".join(lines) + "\n")
+
+
+def test_a_running_server_gives_its_socket_dsn(tmp_path: Path) -> None:
+    postmaster_pid(tmp_path, os.getpid())
+
+    dsn = up_database(tmp_path)
+
+    assert dsn == f"postgresql://postgres@/postgres?host={tmp_path}/sock&port=54321"
+
+
+def test_a_stale_pid_file_or_none_gives_nothing(tmp_path: Path) -> None:
+    assert up_database(tmp_path) is None
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()  # reaped: its pid names no process any more
+    postmaster_pid(tmp_path, child.pid)
+
+    assert up_database(tmp_path) is None
