@@ -14,7 +14,6 @@ from contextlib import contextmanager
 from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Annotated, Any
-from urllib.parse import quote
 
 import typer
 from rich import box
@@ -22,8 +21,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from effect_broker.cli.admin_client import AdminClient, AdminProblem, AdminUnreachable
 from effect_broker.cli.effects_table import effects_table
+from effect_broker.client.admin import AdminProblem, AdminUnreachable, EffectsClient
 
 DEFAULT_ADMIN_URL = "http://127.0.0.1:8081"
 
@@ -103,8 +102,8 @@ def _plural(count: int, word: str) -> str:
 MAX_PREFIX_PAGES = 20
 
 
-def _effect_path(client: AdminClient, effect_id: str) -> str:
-    """The API path of an effect named by its id or, as ``list`` shows it, a prefix.
+def _full_id(client: EffectsClient, effect_id: str) -> str:
+    """The whole id of an effect named by its id or, as ``list`` shows it, a prefix.
 
     The API takes whole ids only, so a prefix is looked up in the newest effects (a
     bounded scan); an ambiguous or unknown prefix is an error that says what to do.
@@ -115,12 +114,11 @@ def _effect_path(client: AdminClient, effect_id: str) -> str:
         or not digits
         or any(c not in "0123456789abcdef" for c in digits)
     ):
-        return f"/v1/effects/{quote(effect_id, safe='')}"
+        return effect_id
     matches: list[str] = []
     cursor = None
     for _ in range(MAX_PREFIX_PAGES):
-        query: dict[str, Any] = {"limit": 500, **({"cursor": cursor} if cursor else {})}
-        page = client.call("GET", "/v1/effects", query=query)
+        page = client.list(limit=500, cursor=cursor)
         matches += [
             e["id"]
             for e in page["effects"]
@@ -136,7 +134,7 @@ def _effect_path(client: AdminClient, effect_id: str) -> str:
             "(`effect-broker effects list --output json` shows it)",
             param_hint="EFFECT_ID",
         )
-    return f"/v1/effects/{matches[0]}"
+    return matches[0]
 
 
 class Output(StrEnum):
@@ -181,18 +179,15 @@ def list_effects(
     token: Token = None,
 ) -> None:
     """List effects, newest first; unknown and manual-review ones stand out."""
-    query: dict[str, Any] = {"limit": limit}
-    for name, value in (
-        ("status", status),
-        ("route", route),
-        ("operation_key_prefix", prefix),
-        ("older_than", older_than),
-        ("cursor", cursor),
-    ):
-        if value is not None and value != []:
-            query[name] = value
     with _reported():
-        page = AdminClient(admin_url, token).call("GET", "/v1/effects", query=query)
+        page = EffectsClient(admin_url, token).list(
+            status=status or [],
+            route=route,
+            operation_key_prefix=prefix,
+            older_than=older_than,
+            cursor=cursor,
+            limit=limit,
+        )
     effects: list[dict[str, Any]] = page["effects"]
     more = f"more: add --cursor {page['next_cursor']}" if page.get("next_cursor") else ""
     if as_json or output is Output.JSON:
@@ -266,10 +261,9 @@ def inspect(
     token: Token = None,
 ) -> None:
     """Show one effect, what its contract can prove, and its event history."""
-    query = {"at_sequence": at_sequence} if at_sequence is not None else None
     with _reported():
-        client = AdminClient(admin_url, token)
-        effect = client.call("GET", _effect_path(client, effect_id), query=query)
+        client = EffectsClient(admin_url, token)
+        effect = client.inspect(_full_id(client, effect_id), at_sequence=at_sequence)
     out = _out()
     if as_json:
         out.print_json(data=effect)
@@ -326,8 +320,8 @@ def reconcile(
 ) -> None:
     """Have the reconciler look at an effect now (never resends an unsafe one)."""
     with _reported():
-        client = AdminClient(admin_url, token)
-        effect = client.call("POST", _effect_path(client, effect_id) + "/reconcile")
+        client = EffectsClient(admin_url, token)
+        effect = client.reconcile(_full_id(client, effect_id))
     _out().print(
         Text(f"effect {effect['id']} is ")
         + _status(effect["status"])
@@ -377,17 +371,15 @@ def resolve(
     token: Token = None,
 ) -> None:
     """Settle an unknown or manual-review effect by hand, with a reason and evidence."""
-    body: dict[str, Any] = {
-        "resolution": resolution.value,
-        "reason": reason,
-        "evidence": _evidence(evidence or []),
-    }
-    if external_id is not None:
-        body["external_id"] = external_id
     with _reported():
-        client = AdminClient(admin_url, token)
-        path = _effect_path(client, effect_id) + "/resolve"
-        effect = client.call("POST", path, body=body)
+        client = EffectsClient(admin_url, token)
+        effect = client.resolve(
+            _full_id(client, effect_id),
+            resolution.value,
+            reason,
+            evidence=_evidence(evidence or []),
+            external_id=external_id,
+        )
     out = _out()
     out.print(
         Text(f"effect {effect['id']} resolved as {resolution.value}; status now ")
