@@ -13,6 +13,8 @@ from effect_broker.config.egress import (
     parse_rule,
 )
 from effect_broker.config.hosts import canonical_host, host_of_address
+from effect_broker.config.routes_file import parse_routes
+from effect_broker.errors import ConfigError
 
 SIDECAR = EgressPolicy.from_lists(
     [],
@@ -112,3 +114,49 @@ def test_dsn_authorities() -> None:
     assert dsn_authorities("postgresql://h1,h2:5433/x") == ["h1:5432", "h2:5433"]
     assert dsn_authorities("postgresql:///x?host=/run/pg") == []
     assert dsn_authorities(None) == []
+
+
+def routes_text(proxy: str, match_extra: str = "") -> str:
+    return f"""\
+version: 1
+proxy:
+{proxy}
+contracts:
+  - name: c
+    version: "1"
+    safety: unsafe
+routes:
+  - name: r
+    match: {{method: POST, path: /x{match_extra}}}
+    upstream: http://127.0.0.1:9
+    contract: c
+"""
+
+
+def test_routes_yaml_carries_deny_allow_and_aliases() -> None:
+    config = parse_routes(
+        routes_text('  deny: ["10.0.0.0/8"]\n  allow: [metadata.internal]'),
+        source="r.yaml",
+    )
+    assert config.proxy.deny == ("10.0.0.0/8",)
+    assert config.proxy.allow == ("metadata.internal",)
+    with_aliases = parse_routes(
+        routes_text("  unmatched: pass", ", host: a.internal, aliases: [B.internal.]"),
+        source="r.yaml",
+    )
+    assert with_aliases.routes[0].match.aliases == frozenset({"b.internal"})
+
+
+@pytest.mark.parametrize(
+    ("proxy", "extra", "words"),
+    [
+        ('  deny: ["10.0.0.0/33"]', "", "not a network"),
+        ('  allow: ["h:99999"]', "", "port"),
+        ("  unmatched: pass", ", aliases: [b.internal]", "set match.host"),
+    ],
+)
+def test_routes_yaml_refuses_bad_egress_rules_and_hostless_aliases(
+    proxy: str, extra: str, words: str
+) -> None:
+    with pytest.raises(ConfigError, match=words):
+        parse_routes(routes_text(proxy, extra), source="r.yaml")
