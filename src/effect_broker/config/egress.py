@@ -19,7 +19,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from ipaddress import IPv4Network, IPv6Network, ip_network
+from typing import Annotated
 from urllib.parse import urlsplit
+
+from pydantic import AfterValidator, StringConstraints
 
 from effect_broker.config.hosts import Host, canonical_host, split_authority
 
@@ -83,6 +86,17 @@ def parse_rule(text: str, origin: str) -> EgressRule:
     if not name or any(c in name for c in " @?#"):
         raise ValueError(f"{text!r} is not a host: write e.g. metadata.internal:80")
     return EgressRule(text, origin, host=canonical_host(name).name, port=port)
+
+
+def _checked_rule(value: str) -> str:
+    parse_rule(value, "proxy")
+    return value
+
+
+# A rule as routes.yaml's proxy.deny and proxy.allow take it, checked on load.
+EgressRuleText = Annotated[
+    str, StringConstraints(min_length=1), AfterValidator(_checked_rule)
+]
 
 
 def dsn_authorities(dsn: str | None) -> list[str]:

@@ -39,7 +39,7 @@ from effect_broker.config.durations import (
     DURATION_PATTERN,
     parse_duration,
 )
-from effect_broker.config.egress import parse_rule
+from effect_broker.config.egress import EgressRuleText
 from effect_broker.config.routing import parse_path_pattern, parse_route_host
 from effect_broker.config.secret_refs import env_references
 from effect_broker.config.yaml_lines import describe
@@ -131,11 +131,6 @@ def _not_null(value: object) -> object:
     return value
 
 
-def _egress_rule(value: str) -> str:
-    parse_rule(value, "proxy")
-    return value
-
-
 T = TypeVar("T")
 # An optional field: absent means the default, but an explicit null is refused (a bare
 # "upstream:" is more likely a mistake than a wish for the default), and the published
@@ -143,9 +138,6 @@ T = TypeVar("T")
 Optional = Annotated[T | None, BeforeValidator(_not_null)]
 
 HeaderName = Annotated[str, StringConstraints(pattern=TOKEN_PATTERN)]
-EgressRuleText = Annotated[
-    str, StringConstraints(min_length=1), AfterValidator(_egress_rule)
-]
 Name = Annotated[str, StringConstraints(pattern=NAME_PATTERN)]
 DurationText = Annotated[str, StringConstraints(pattern=DURATION_PATTERN)]
 Duration = Annotated[
@@ -345,9 +337,8 @@ class MatchSection(_Section):
     )
     aliases: list[Annotated[str, AfterValidator(parse_route_host)]] = Field(
         default_factory=list,
-        description="Forward mode: further host names of the same target that the route "
-        "also watches, e.g. [pay.internal, 10.0.0.7:8443]. Spellings of one host (case, "
-        "IPv4 forms, loopback) are already one host; list real other names only.",
+        description="Forward mode: other names of the same target, also watched, e.g. "
+        "[pay.internal, 10.0.0.7:8443]; spellings of one host are already one host.",
     )
     path: Annotated[
         str,
