@@ -121,6 +121,13 @@ class RouteRefused(EffectBrokerError):
     status = 403
 
 
+class EgressRefused(EffectBrokerError):
+    """The egress policy refuses this destination for unrecorded traffic."""
+
+    problem_type = "egress-refused"
+    status = 403
+
+
 class RouteNotFound(EffectBrokerError):
     """No route matches this request."""
 

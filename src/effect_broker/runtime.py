@@ -11,6 +11,7 @@ import os
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 
+from effect_broker.config.egress import EgressPolicy, default_rules, dsn_authorities
 from effect_broker.config.routes_config import RoutesConfig
 from effect_broker.config.routes_file import resolve_inject_headers
 from effect_broker.config.settings import Settings
@@ -22,6 +23,7 @@ from effect_broker.engine.upstream import client_session
 from effect_broker.engine.wiring import Wiring
 from effect_broker.errors import MigrationError
 from effect_broker.metrics import Metrics
+from effect_broker.proxy.egress import EgressGuard
 from effect_broker.proxy.receipt_cache import ReceiptCache
 from effect_broker.proxy.state import ProxyState
 from effect_broker.store import Store
@@ -69,9 +71,10 @@ async def open_runtime(
         # Effects and pass-through get separate clients: a slow pass-through target
         # cannot hold the connections effects need. Effects are bounded per route by
         # their slots, so their client has no pool limit of its own.
+        egress = EgressGuard(egress_policy(settings, config))
         async with (
             client_session(limit=0) as effect_session,
-            client_session(limit=settings.passthrough_connections) as session,
+            egress.session(limit=settings.passthrough_connections) as session,
         ):
             wiring = Wiring(
                 config=config,
@@ -96,6 +99,7 @@ async def open_runtime(
                 store=store,
                 keyring=keyring,
                 session=session,
+                egress=egress,
                 engine=Engine(wiring, owner=worker_name(role)),
                 tenant=settings.tenant,
                 gateway=TenantResolver(store) if settings.gateway else None,
@@ -105,3 +109,18 @@ async def open_runtime(
             )
     finally:
         await store.close()
+
+
+def egress_policy(settings: Settings, config: RoutesConfig) -> EgressPolicy:
+    """routes.yaml's deny and allow lists over the refusals this process needs: its own
+    configured ports (bound ports are added once known), its ledger, and its mode."""
+    return EgressPolicy.from_lists(
+        config.proxy.deny,
+        config.proxy.allow,
+        default_rules(
+            listen=[settings.listen],
+            admin=[settings.admin_listen],
+            ledger=dsn_authorities(settings.database_url),
+            gateway=settings.gateway,
+        ),
+    )

@@ -94,6 +94,7 @@ def connect_policy(state: ProxyState) -> ConnectPolicy:
         is_guarded=state.config.table.is_guarded_host,
         tunnel=state.config.proxy.connect == "tunnel",
         gateway=state.gateway is not None,
+        egress=state.egress,
     )
 
 
@@ -139,6 +140,7 @@ async def serve_until_stopped(
             build_admin_app(admin_state(state), admin_token=admin_token),
             admin_listen,
         )
+        state.egress.protect(listen=proxy_address, admin=admin_address)
         if on_ready is not None:
             result = on_ready(proxy_address, admin_address)
             if result is not None:

@@ -250,4 +250,5 @@ async def running_broker(
         admin_url = await _serve(
             stack, build_admin_app(admin_state(state), admin_token=options.admin_token)
         )
+        state.egress.protect(listen=address(proxy_url), admin=address(admin_url))
         yield Broker(proxy_url, admin_url, target_url, target_db, state)

@@ -107,12 +107,76 @@ def test_is_mutating(method: str, mutating: bool) -> None:
         ("A.Example:80", "a.example"),
         ("a.example:0443", "a.example"),
         ("a.example:8080", "a.example:8080"),
-        ("[::1]:443", "[::1]"),
-        ("[::1]:8080", "[::1]:8080"),
+        ("[::1]:443", "localhost"),
+        ("[::1]:8080", "localhost:8080"),
+        ("[2001:DB8::1]:8080", "[2001:db8::1]:8080"),
+        ("0x7f000001:19000", "localhost:19000"),
+        ("10.1:80", "10.0.0.1"),
     ],
 )
 def test_normalize_host(host: str, normalized: str) -> None:
     assert normalize_host(host) == normalized
+
+
+LOOPBACK_TABLE = RouteTable(
+    [
+        route("watched", "POST", "127.0.0.1:19000", "/v1/charges"),
+        route("aliased", "POST", "pay.internal", "/v1/pay"),
+    ]
+)
+LOOPBACK_SPELLINGS = [
+    "127.0.0.1:19000",
+    "localhost:19000",
+    "LOCALHOST.:19000",
+    "0x7f000001:19000",
+    "2130706433:19000",
+    "127.1:19000",
+    "0177.0.0.1:19000",
+    "[::ffff:127.0.0.1]:19000",
+    "[::1]:19000",
+    "127.0.0.2:19000",
+    "app.localhost:19000",
+]
+
+
+@pytest.mark.parametrize("host", LOOPBACK_SPELLINGS)
+def test_every_spelling_of_a_watched_loopback_host_matches_its_route(host: str) -> None:
+    found = LOOPBACK_TABLE.match(method="POST", host=host, path="/v1/charges")
+    assert found is not None and found.name == "watched"
+    assert LOOPBACK_TABLE.is_guarded_host(host)
+    assert LOOPBACK_TABLE.is_guarded_host(host.rsplit(":", 1)[0] + ":5432")
+
+
+def test_aliases_are_matched_and_guarded_like_the_host() -> None:
+    match = RouteMatch(
+        methods=frozenset({"POST"}),
+        host="payments.internal",
+        path="/v1/charges",
+        aliases=frozenset({"pay.example", "10.0.0.7:8443"}),
+    )
+    table = RouteTable(
+        [Route(name="r", match=match, contract=CONTRACT, upstream="http://up")]
+    )
+    for host in ("payments.internal", "PAY.example.", "10.0.0.7:8443", "0xa000007:8443"):
+        found = table.match(method="POST", host=host, path="/v1/charges")
+        assert found is not None, host
+        assert table.is_guarded_host(host)
+    assert table.match(method="POST", host="10.0.0.7", path="/v1/charges") is None
+    assert not table.is_guarded_host("pay.example.com:443")
+
+
+def test_routes_overlap_through_an_alias() -> None:
+    a = RouteMatch(frozenset({"POST"}), "a.internal", "/x", frozenset({"b.internal"}))
+    b = RouteMatch(frozenset({"POST"}), "B.internal.", "/x")
+    assert overlap_witness(a, b) == ("POST", "b.internal", "/x")
+    assert routes_overlap(b, a)
+
+
+@pytest.mark.parametrize("segment", [".", "..", "..;x"])
+def test_a_placeholder_never_matches_a_dot_segment(segment: str) -> None:
+    table = RouteTable([route("one", "POST", None, "/items/{id}")])
+    assert table.match(method="POST", host=None, path=f"/items/{segment}") is None
+    assert table.match(method="POST", host=None, path="/items/x") is not None
 
 
 def test_parse_path_pattern() -> None:

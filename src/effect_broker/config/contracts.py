@@ -94,12 +94,14 @@ class RouteMatch:
     """Which requests a route owns; see ``config.routing`` for the exact rules.
 
     ``methods`` are upper case; ``host`` is normalized (lower case, no default port) and
-    None means reverse mode (a path on the sidecar itself), not "any host".
+    None means reverse mode (a path on the sidecar itself), not "any host". ``aliases``
+    are further hosts (same form) the route also watches; only forward routes have them.
     """
 
     methods: frozenset[str]
     host: str | None
     path: str
+    aliases: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True, slots=True)

@@ -27,6 +27,8 @@ class ProxyPolicy:
     operation_key_header: str = DEFAULT_OPERATION_KEY_HEADER
     unmatched: UnmatchedPolicy = "pass"
     connect: ConnectPolicy = "tunnel"
+    deny: tuple[str, ...] = ()  # egress rules as written; see config.egress
+    allow: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

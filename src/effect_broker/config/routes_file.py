@@ -141,6 +141,8 @@ def _build(model: RoutesFile, document: YamlDocument) -> RoutesConfig:
         operation_key_header=model.proxy.operation_key_header,
         unmatched=model.proxy.unmatched,
         connect=model.proxy.connect,
+        deny=tuple(model.proxy.deny),
+        allow=tuple(model.proxy.allow),
     )
     contracts = {section.name: _contract(section) for section in model.contracts}
     routes = tuple(

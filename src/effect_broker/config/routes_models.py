@@ -24,6 +24,7 @@ from pydantic import (
     ConfigDict,
     Field,
     StringConstraints,
+    model_validator,
 )
 
 from effect_broker.config.contracts import (
@@ -38,6 +39,7 @@ from effect_broker.config.durations import (
     DURATION_PATTERN,
     parse_duration,
 )
+from effect_broker.config.egress import EgressRuleText
 from effect_broker.config.routing import parse_path_pattern, parse_route_host
 from effect_broker.config.secret_refs import env_references
 from effect_broker.config.yaml_lines import describe
@@ -194,6 +196,18 @@ class ProxySection(_Section):
         description="tunnel or refuse CONNECT to hosts no route watches; CONNECT to a "
         "host a route watches is always refused (or intercepted with a local CA).",
     )
+    deny: list[EgressRuleText] = Field(
+        default_factory=list,
+        description="Hosts, host:port or CIDRs that pass-through requests and tunnels "
+        "may never reach, e.g. [10.0.0.0/8, metadata.internal]. Route traffic is not "
+        "subject to it.",
+    )
+    allow: list[EgressRuleText] = Field(
+        default_factory=list,
+        description="Hosts, host:port or CIDRs exempt from the built-in refusals (the "
+        "proxy's own ports, the ledger, link-local and metadata addresses, and in a "
+        "shared gateway loopback and private ranges); proxy.deny still wins.",
+    )
 
 
 # --- contracts ---------------------------------------------------------------------
@@ -321,14 +335,32 @@ class MatchSection(_Section):
         description="Forward mode: the bare host (and port) of absolute-form requests, "
         "e.g. payments.internal. Without it the route is reverse mode.",
     )
+    aliases: list[Annotated[str, AfterValidator(parse_route_host)]] = Field(
+        default_factory=list,
+        description="Forward mode: other names of the same target, also watched, e.g. "
+        "[pay.internal, 10.0.0.7:8443]; spellings of one host are already one host.",
+    )
     path: Annotated[
         str,
         StringConstraints(pattern=ROUTE_PATH_PATTERN),
         AfterValidator(_route_path),
     ] = Field(description='Segments; a whole segment "{id}" matches any one segment.')
 
+    @model_validator(mode="after")
+    def _aliases_need_a_host(self) -> MatchSection:
+        if self.aliases and self.host is None:
+            raise ValueError(
+                "aliases are extra host names of a forward route; set match.host too"
+            )
+        return self
+
     def route_match(self) -> RouteMatch:
-        return RouteMatch(methods=frozenset(self.method), host=self.host, path=self.path)
+        return RouteMatch(
+            methods=frozenset(self.method),
+            host=self.host,
+            path=self.path,
+            aliases=frozenset(self.aliases),
+        )
 
 
 class RouteSection(_Section):

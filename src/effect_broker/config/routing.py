@@ -8,14 +8,17 @@ slip past the ledger (fail closed):
   reverse-mode request (origin form, a path on the sidecar) is matched with ``host=None``
   and only against routes without ``match.host``. A hostless route is *not* "any host":
   it never claims forward traffic.
-- Hosts compare case-insensitively, ignoring a trailing dot and a default port (``:80``
-  and ``:443``); any other port must be equal.
+- Hosts compare by their canonical identity (``config.hosts``): case, a trailing dot,
+  every IPv4 spelling, IPv4-mapped IPv6 and the whole loopback range fold together, and
+  a default port (``:80`` and ``:443``) is dropped; any other port must be equal. A
+  route's ``aliases`` are further hosts it watches, compared the same way.
 - Methods compare upper-cased.
 - Paths compare by segment, case-sensitively; the query string is not part of the path.
   Empty segments are ignored, so ``/v1/charges/`` and ``//v1/charges`` match
   ``/v1/charges``. A ``{name}`` segment matches exactly one non-empty segment;
-  placeholders are whole segments only. The caller passes the decoded path (aiohttp's
-  ``request.path``).
+  placeholders are whole segments only, and never match a dot segment (``.``, ``..``).
+  The caller passes the decoded text of ``config.paths.normalize_path``, which has
+  already refused dot segments and hidden separators.
 - Routes never overlap (the loader refuses it with ``routes_overlap``), so at most one
   route matches; for an unchecked route list the first in order wins.
 """
@@ -26,11 +29,12 @@ import re
 from collections.abc import Iterable
 
 from effect_broker.config.contracts import Route, RouteMatch
+from effect_broker.config.hosts import host_key, route_key
+from effect_broker.config.paths import is_dot_segment
 
 Pattern = tuple[str | None, ...]  # a literal segment, or None for a {placeholder}
 
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS", "TRACE"})
-_DEFAULT_PORTS = frozenset({"80", "443"})
 _PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
 _LABEL = r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?"
 _HOST = re.compile(
@@ -89,38 +93,25 @@ def parse_route_host(text: str) -> str:
     port = found.group("port")
     if port is not None and not 0 < int(port) < 65536:
         raise ValueError(f"{text!r}: port {port} is out of range")
-    return normalize_host(lowered)
+    return route_key(lowered)
 
 
 def normalize_host(host: str) -> str:
-    """Lower case, no trailing dot, no default port: the form routes are indexed by."""
-    lowered = host.strip().lower()
-    if lowered.startswith("[") and "]" in lowered:
-        end = lowered.index("]") + 1
-        name, port = lowered[:end], lowered[end:].removeprefix(":")
-    elif lowered.count(":") == 1:
-        name, port = lowered.split(":")
-    else:
-        name, port = lowered, ""
-    name = name.rstrip(".")
-    if port.isdigit():
-        port = str(int(port))
-    if not port or port in _DEFAULT_PORTS:
-        return name
-    return f"{name}:{port}"
+    """The canonical ``host[:port]`` routes are indexed by (see ``config.hosts``)."""
+    return route_key(host)
 
 
-def _hostname(host: str) -> str:
-    """The normalized host without any port, for decisions that must ignore ports."""
-    normalized = normalize_host(host)
-    if normalized.startswith("["):
-        return normalized[: normalized.find("]") + 1]
-    return normalized.split(":", 1)[0]
+def route_hosts(match: RouteMatch) -> frozenset[str]:
+    """Every canonical host a forward route watches: its host and its aliases."""
+    if match.host is None:
+        return frozenset()
+    return frozenset({route_key(match.host), *(route_key(a) for a in match.aliases)})
 
 
 def _segments_match(pattern: Pattern, segments: tuple[str, ...]) -> bool:
     return all(
-        want is None or want == got for want, got in zip(pattern, segments, strict=True)
+        got == want if want is not None else not is_dot_segment(got)
+        for want, got in zip(pattern, segments, strict=True)
     )
 
 
@@ -138,15 +129,14 @@ class RouteTable:
         buckets: dict[tuple[str | None, str, int], list[tuple[Pattern, Route]]] = {}
         for route in self.routes:
             pattern = parse_path_pattern(route.match.path)
-            host = (
-                normalize_host(route.match.host) if route.match.host is not None else None
-            )
-            for method in sorted(route.match.methods):
-                key = (host, method.upper(), len(pattern))
-                buckets.setdefault(key, []).append((pattern, route))
+            hosts: frozenset[str | None] = route_hosts(route.match) or frozenset({None})
+            for host in sorted(hosts, key=str):
+                for method in sorted(route.match.methods):
+                    key = (host, method.upper(), len(pattern))
+                    buckets.setdefault(key, []).append((pattern, route))
         self._buckets = {key: tuple(found) for key, found in buckets.items()}
         self._hostnames = frozenset(
-            _hostname(route.match.host) for route in self.routes if route.match.host
+            host_key(host) for route in self.routes for host in route_hosts(route.match)
         )
 
     def match(self, *, method: str, host: str | None, path: str) -> Route | None:
@@ -162,9 +152,13 @@ class RouteTable:
     def is_guarded_host(self, host: str) -> bool:
         """Whether a route watches this host on any port: CONNECT to it must be refused.
 
-        A tunnel hides method and path, so the safe answer ignores both and the port.
+        A tunnel hides method and path, so the safe answer ignores both and the port;
+        every spelling of a watched host (or of an alias) is the same host here.
         """
-        return _hostname(host) in self._hostnames
+        try:
+            return host_key(host) in self._hostnames
+        except ValueError:
+            return True  # an authority that cannot be read is refused, never tunnelled
 
 
 def match_route(
@@ -182,10 +176,13 @@ def match_route(
 def overlap_witness(a: RouteMatch, b: RouteMatch) -> tuple[str, str | None, str] | None:
     """A concrete (method, host, path) both matches accept, or None if there is none."""
     methods = {m.upper() for m in a.methods} & {m.upper() for m in b.methods}
-    host_a = normalize_host(a.host) if a.host is not None else None
-    host_b = normalize_host(b.host) if b.host is not None else None
-    if not methods or host_a != host_b:
+    hosts_a, hosts_b = route_hosts(a), route_hosts(b)
+    if (a.host is None) != (b.host is None):
         return None
+    shared = hosts_a & hosts_b
+    if not methods or (a.host is not None and not shared):
+        return None
+    host = min(shared) if shared else None
     pattern_a, pattern_b = parse_path_pattern(a.path), parse_path_pattern(b.path)
     if len(pattern_a) != len(pattern_b):
         return None
@@ -194,7 +191,7 @@ def overlap_witness(a: RouteMatch, b: RouteMatch) -> tuple[str, str | None, str]
         if seg_a is not None and seg_b is not None and seg_a != seg_b:
             return None
         path.append(seg_a if seg_a is not None else seg_b if seg_b is not None else "x")
-    return min(methods), host_a, "/" + "/".join(path)
+    return min(methods), host, "/" + "/".join(path)
 
 
 def routes_overlap(a: RouteMatch, b: RouteMatch) -> bool:

@@ -1,7 +1,9 @@
 """Where a matched request goes upstream (pure, no I/O).
 
-The path and query bytes are forwarded exactly as the client sent them; only the origin
-(and, in reverse mode, a stripped prefix) changes. Canonical forms are for hashing only.
+The path forwarded is the normalised path the route was matched on
+(``config.paths``), with the route's prefix stripped from that same path, so a target
+never receives a spelling other than the one the proxy matched. The query is forwarded
+as the client sent it; canonical forms are for hashing only.
 """
 
 from __future__ import annotations
@@ -9,22 +11,19 @@ from __future__ import annotations
 from yarl import URL
 
 from effect_broker.config.contracts import Route
+from effect_broker.config.paths import RequestPath
 
 
 def upstream_url(
-    route: Route, *, origin: str | None, raw_path: str, raw_query: str
+    route: Route, *, origin: str | None, path: RequestPath, raw_query: str
 ) -> str:
     """The URL to send to. ``origin`` is the absolute-form request's scheme://host:port
     in forward mode, None in reverse mode (where the route always has an upstream)."""
-    path = raw_path
-    if route.strip_prefix and path.startswith(route.strip_prefix):
-        path = path[len(route.strip_prefix) :] or "/"
-    if not path.startswith("/"):
-        path = "/" + path
+    forwarded = path.without_prefix(route.strip_prefix).forwarded
     base = route.upstream or origin
     if base is None:
         raise ValueError(f"route {route.name} has no upstream for a reverse-mode request")
-    url = base.rstrip("/") + path
+    url = base.rstrip("/") + forwarded
     return f"{url}?{raw_query}" if raw_query else url
 
 

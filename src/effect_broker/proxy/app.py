@@ -12,6 +12,7 @@ from aiohttp import HttpVersion11, hdrs, web
 from aiohttp.typedefs import Handler
 
 from effect_broker.config.contracts import Route
+from effect_broker.config.paths import RequestPath, normalize_path, split_target
 from effect_broker.config.routing import is_mutating
 from effect_broker.errors import (
     BodyTooLarge,
@@ -41,23 +42,31 @@ unrecorded_log = RateLimitedLog(log, interval=3600.0)
 async def handle(request: web.Request) -> web.StreamResponse:
     state = request.app[PROXY_STATE]
     check_path(request.path)
+    path = request_path(request)
     tenant = state.tenant
     if state.gateway is not None:
         tenant = await state.gateway.tenant_for(
             request.headers.get("Proxy-Authorization")
         )
     forward = is_absolute_form(request)
-    route = match(request, state, forward=forward)
+    route = match(request, state, path, forward=forward)
     if route is None:
         return await unmatched(request, state, forward=forward)
-    return await EffectRequest(state, route, request, tenant).handle()
+    return await EffectRequest(state, route, request, tenant, path).handle()
 
 
-def match(request: web.Request, state: ProxyState, *, forward: bool) -> Route | None:
+def request_path(request: web.Request) -> RequestPath:
+    """The one normalised path this request is matched, stripped and forwarded by."""
+    return normalize_path(split_target(request.raw_path)[0])
+
+
+def match(
+    request: web.Request, state: ProxyState, path: RequestPath, *, forward: bool
+) -> Route | None:
     return state.config.table.match(
         method=request.method,
         host=authority(request) if forward else None,
-        path=request.path,
+        path=path.text,
     )
 
 
@@ -74,7 +83,14 @@ async def expect_continue(request: web.Request) -> web.StreamResponse | None:
             MalformedRequest(f"Expect: {expect!r} is not supported; use 100-continue"),
             status=417,
         )
-    route = match(request, state, forward=is_absolute_form(request))
+    try:
+        route = match(
+            request, state, request_path(request), forward=is_absolute_form(request)
+        )
+    except EffectBrokerError as exc:
+        response = problem_response(exc)
+        response.force_close()
+        return response
     limit = (
         state.max_request_bytes
         if route is not None
@@ -93,9 +109,11 @@ async def expect_continue(request: web.Request) -> web.StreamResponse | None:
 
 
 def authority(request: web.Request) -> str:
-    """host:port of an absolute-form request; routing drops default ports itself."""
+    """host:port of an absolute-form request (an IPv6 host in brackets); routing
+    canonicalises the host and drops default ports itself."""
     url = request.url
-    return f"{url.host}:{url.port}" if url.port is not None else str(url.host)
+    host = f"[{url.host}]" if url.host and ":" in url.host else str(url.host)
+    return f"{host}:{url.port}" if url.port is not None else host
 
 
 async def unmatched(
@@ -117,7 +135,7 @@ async def unmatched(
         )
     key_header = state.config.proxy.operation_key_header
     if key_header not in request.headers:
-        return await pass_through(request, state.session)
+        return await pass_through(request, state.session, state.egress)
     # The client meant this to be recorded; say plainly that it was not.
     host = request.url.host or "?"
     unrecorded_log.warning(
@@ -129,7 +147,7 @@ async def unmatched(
         key_header,
     )
     return await pass_through(
-        request, state.session, headers={"Effect-Status": "unrecorded"}
+        request, state.session, state.egress, headers={"Effect-Status": "unrecorded"}
     )
 
 

@@ -3,9 +3,11 @@
 A CONNECT tunnel carries opaque (usually TLS) bytes: the ledger cannot see a method, a
 path or a body inside it. So a host that any route watches is always refused, with an
 explanation; for every other host ``proxy.connect`` decides: ``tunnel`` pipes bytes both
-ways, ``refuse`` answers 403. aiohttp's server cannot hand a connection over to a raw
-pipe, so each new connection first meets ``FrontProtocol``: it looks at the first bytes,
-and anything that is not CONNECT is handed to aiohttp's own protocol unchanged.
+ways, ``refuse`` answers 403; and a tunnel goes only where the egress policy allows
+(``proxy.egress``: the host as written, then each address it resolves to). aiohttp's
+server cannot hand a connection over to a raw pipe, so each new connection first meets
+``FrontProtocol``: it looks at the first bytes, and anything that is not CONNECT is
+handed to aiohttp's own protocol unchanged.
 
 The front is also where a connection is first seen, so it enforces the connection cap
 (a 503 on the raw transport beyond it) and the wait for a first byte: a client that
@@ -21,6 +23,7 @@ from dataclasses import dataclass
 
 from effect_broker.errors import (
     EffectBrokerError,
+    EgressRefused,
     MalformedRequest,
     RequestTimeout,
     RouteRefused,
@@ -29,6 +32,7 @@ from effect_broker.errors import (
 )
 from effect_broker.problems import problem_bytes
 from effect_broker.proxy.edge import ConnectionGate
+from effect_broker.proxy.egress import EgressGuard
 from effect_broker.ratelimited_log import RateLimitedLog
 
 log = logging.getLogger("effect_broker.connect")
@@ -49,6 +53,7 @@ class ConnectPolicy:
     is_guarded: Callable[[str], bool]
     tunnel: bool
     gateway: bool = False
+    egress: EgressGuard | None = None  # None: no egress policy (tests of the front only)
 
     def refusal(self, authority: str) -> str | None:
         """Why this CONNECT is refused, or None when it may be tunnelled."""
@@ -63,6 +68,15 @@ class ConnectPolicy:
         if not self.tunnel:
             return f"proxy.connect is refuse: this proxy does not tunnel to {authority}"
         return None
+
+    async def open(
+        self, host: str, port: int
+    ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        """The upstream socket, to an address the egress policy checked at connect
+        time (``EgressRefused`` otherwise): a DNS answer cannot rebind past the check."""
+        if self.egress is None:
+            return await asyncio.open_connection(host, port)
+        return await self.egress.open_connection(host, port)
 
 
 def parse_authority(head: bytes) -> tuple[str, int] | None:
@@ -180,14 +194,21 @@ class FrontProtocol(asyncio.Protocol):
         if target is None:
             self._answer_and_close(MalformedRequest("CONNECT needs host:port"))
             return
-        authority = f"{target[0]}:{target[1]}"
+        host, port = target
+        authority = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
         refusal = self._policy.refusal(authority)
         if refusal is not None:
             refusals.warning(
-                f"connect:{target[0]}", "CONNECT %s refused: %s", authority, refusal
+                f"connect:{host}", "CONNECT %s refused: %s", authority, refusal
             )
             self._answer_and_close(RouteRefused(refusal))
             return
+        if self._policy.egress is not None:
+            try:
+                self._policy.egress.check(host, port)
+            except EgressRefused as exc:
+                self._answer_and_close(exc)
+                return
         assert self._transport is not None
         self._transport.pause_reading()
         self._pump = asyncio.ensure_future(self._tunnel(target, rest))
@@ -196,8 +217,11 @@ class FrontProtocol(asyncio.Protocol):
         assert self._transport is not None
         try:
             reader, writer = await asyncio.wait_for(
-                asyncio.open_connection(*target), CONNECT_TIMEOUT
+                self._policy.open(*target), CONNECT_TIMEOUT
             )
+        except EgressRefused as exc:
+            self._answer_and_close(exc)
+            return
         except (OSError, TimeoutError) as exc:
             detail = f"could not reach {target[0]}:{target[1]}: {exc}"
             self._answer_and_close(UpstreamUnreachable(detail))

@@ -18,6 +18,7 @@ from opentelemetry.trace import SpanKind
 
 from effect_broker.canonical import canonical_body, canonical_query, request_hash
 from effect_broker.config.contracts import Contract, Route
+from effect_broker.config.paths import RequestPath
 from effect_broker.engine.engine import Intent
 from effect_broker.engine.messages import StoredRequest, StoredResponse
 from effect_broker.engine.resolution import read_operator_receipt
@@ -133,8 +134,14 @@ class EffectRequest:
     """One request on a matched route, carried through the engine."""
 
     def __init__(
-        self, state: ProxyState, route: Route, request: web.Request, tenant: str
+        self,
+        state: ProxyState,
+        route: Route,
+        request: web.Request,
+        tenant: str,
+        path: RequestPath,
     ) -> None:
+        self.path = path  # normalised once: matched, hashed and forwarded the same
         self.state = state
         self.route = route
         self.contract: Contract = route.contract
@@ -297,7 +304,7 @@ class EffectRequest:
         return request_hash(
             method=self.request.method,
             route=self.route.name,
-            path=rel.path,
+            path=self.path.text,
             query=canonical_query(rel.raw_query_string),
             body=canonical_body(self.request.headers.get("Content-Type"), body),
             contract_name=self.contract.name,
@@ -306,15 +313,14 @@ class EffectRequest:
 
     def _stored_request(self, body: bytes) -> StoredRequest:
         """The request as the target must see it, before the derived key and secrets."""
-        rel = self.request.rel_url
         origin = (
             str(self.request.url.origin()) if is_absolute_form(self.request) else None
         )
         url = upstream_url(
             self.route,
             origin=origin,
-            raw_path=rel.raw_path,
-            raw_query=rel.raw_query_string,
+            path=self.path,
+            raw_query=self.request.rel_url.raw_query_string,
         )
         headers = upstream_request_headers(
             self.request.headers.items(),
@@ -331,7 +337,7 @@ class EffectRequest:
         # jsonb refuses U+0000 and lone surrogates: the preview shows them escaped.
         return {
             "method": self.request.method,
-            "path": printable(self.request.rel_url.path),
+            "path": printable(self.path.text),
             "content_type": None if content_type is None else printable(content_type),
             "body_bytes": len(body),
             # The request span's context: a reconciler that settles this effect later

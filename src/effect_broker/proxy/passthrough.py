@@ -7,6 +7,7 @@ that only read ``Content-Length`` bodies (Python's ``http.server``, many embedde
 servers) receive as empty. A chunked body has no length to keep and is streamed through
 chunked. Userinfo in an absolute-form URL is dropped: aiohttp's client would turn it
 into ``Authorization: Basic`` for the target, a credential the client never sent as one.
+Where the request may go at all is the egress policy's decision (``proxy.egress``).
 """
 
 from __future__ import annotations
@@ -22,15 +23,21 @@ from effect_broker.errors import BodyTooLarge, MalformedRequest, UpstreamUnreach
 from effect_broker.headers import passthrough_request_headers, response_headers
 from effect_broker.problems import problem_response
 from effect_broker.proxy.edge import EDGE_LIMITS
+from effect_broker.proxy.egress import EgressGuard
 
 
 async def pass_through(
     request: web.Request,
     session: aiohttp.ClientSession,
+    egress: EgressGuard,
     *,
     headers: Mapping[str, str] | None = None,
 ) -> web.StreamResponse:
     """Forward ``request`` as it came; ``headers`` are added to the answer."""
+    url = URL(request.raw_path, encoded=True).with_user(None)
+    # The host as written, before anything is read or sent; the session's resolver
+    # checks each address a name resolves to when it connects.
+    egress.check(url.host or "", url.port or 80)
     limit = request.app[EDGE_LIMITS].max_passthrough_bytes
     length = request.content_length
     data: bytes | aiohttp.StreamReader | None = None
@@ -53,7 +60,6 @@ async def pass_through(
             ) from None
     elif request.body_exists:
         data = request.content
-    url = URL(request.raw_path, encoded=True).with_user(None)
     try:
         upstream = await session.request(
             request.method,

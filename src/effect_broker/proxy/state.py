@@ -11,6 +11,7 @@ from effect_broker.config.routes_config import RoutesConfig
 from effect_broker.crypto import Keyring
 from effect_broker.engine.engine import Engine
 from effect_broker.metrics import Metrics
+from effect_broker.proxy.egress import EgressGuard
 from effect_broker.proxy.receipt_cache import ReceiptCache
 from effect_broker.store import Store
 from effect_broker.tenancy import TenantResolver
@@ -22,6 +23,9 @@ class ProxyState:
     store: Store  # reads only: the admin views, readiness; writes go through the engine
     keyring: Keyring
     session: aiohttp.ClientSession  # pass-through only; effects use the engine's
+    egress: (
+        EgressGuard  # where pass-through and tunnels may go; its resolver is session's
+    )
     engine: Engine
     tenant: str  # the sidecar's tenant; unused in gateway mode
     gateway: TenantResolver | None  # set in gateway mode: tenant per request
