@@ -90,6 +90,7 @@ class Agent:
 
     proxy_url: str
     concurrency: int = 8
+    timeout: float = CLIENT_TIMEOUT  # seconds a request may take before it is dropped
     replies: list[Reply] = field(default_factory=list)
     answered: int = 0
 
@@ -118,7 +119,7 @@ class Agent:
     def session(self) -> aiohttp.ClientSession:
         return aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(limit=self.concurrency),
-            timeout=aiohttp.ClientTimeout(total=CLIENT_TIMEOUT),
+            timeout=aiohttp.ClientTimeout(total=self.timeout),
         )
 
     async def run(self, ops: Iterable[Op], *, deadline: float) -> list[Op]:
