@@ -30,6 +30,19 @@ from tests.faults.load import Op, Reply
 from tests.faults.procs import TENANT, FaultSetupError, poll
 
 SETTLED = frozenset({"succeeded", "failed_final"})
+#: Every non-2xx answer the agent may get in these scenarios; each says whether the
+#: effect may have been sent. Anything else (a 500, say) is reported.
+EXPECTED = frozenset(
+    {
+        "409 in-flight",
+        "409 outcome-unknown",
+        "502 outcome-unknown",
+        "504 outcome-unknown",
+        "502 upstream-unreachable",
+        "503 upstream-busy",
+        "503 store-unavailable",
+    }
+)
 #: How long before a charge a reconciler attempt may have started and still explain it.
 RECONCILER_WINDOW = 30.0
 
@@ -142,14 +155,18 @@ class Audit:
         charges = self.evidence.charges.get(op.key, [])
         ledger = self.evidence.effects.get(op.key)
         say = self.violations.append
-        if any(r.ok for r in replies) and (
-            len(charges) != 1 or ledger is None or ledger.receipt_status is None
-        ):
+        receipt_2xx = ledger is not None and 200 <= (ledger.receipt_status or 0) < 300
+        if any(r.ok for r in replies) and (len(charges) != 1 or not receipt_2xx):
             say(
                 f"{op.key} ({op.mode}): got a 2xx but has {len(charges)} charge(s), "
                 f"ledger {ledger}"
             )
         for reply in replies:
+            if reply.status is not None and not reply.ok and reply.kind not in EXPECTED:
+                say(
+                    f"{op.key} ({op.mode}): answered {reply.kind}, which does not say "
+                    "whether anything was sent"
+                )
             if reply.nothing_sent:
                 for created in charges:
                     if (

@@ -58,6 +58,14 @@ def test_a_charge_behind_nothing_sent_fails_unless_the_reconciler_sent_it() -> N
     assert audit([busy, later], after, effects) == []  # the later retry made it
 
 
+def test_an_answer_that_does_not_say_what_was_sent_fails() -> None:
+    failed = Reply(IDEMPOTENT, 10.0, 11.0, 500, "internal-error")
+    later = Reply(IDEMPOTENT, 20.0, 21.0, 201)
+    charges, effects = {IDEMPOTENT.key: [20.5]}, {IDEMPOTENT.key: SUCCEEDED}
+    (violation,) = audit([failed, later], charges, effects)
+    assert "answered 500 internal-error, which does not say" in violation
+
+
 def test_non_terminal_effects_and_silent_unsafe_unknowns_fail() -> None:
     stuck = Ledger("dispatching", "idempotent", False, "proxy@h:1:x", None)
     (left,) = audit([], {IDEMPOTENT.key: [1.0]}, {IDEMPOTENT.key: stuck})
