@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
+import aiohttp
 import asyncpg
 
 from effect_broker.crypto import MasterKey
@@ -177,6 +178,15 @@ async def spawn(
 class Target:
     url: str
     db: Path
+
+    async def withhold_answers(self, count: int) -> None:
+        """The next ``count`` charges commit and are never answered: the classic lost
+        response, so that a fault meets effects committed at the target in flight."""
+        async with (
+            aiohttp.ClientSession() as session,
+            session.post(f"{self.url}/_faults", json={"hang_after_commit": count}) as r,
+        ):
+            r.raise_for_status()
 
 
 async def start_target(stack: AsyncExitStack, directory: Path) -> Target:

@@ -26,6 +26,7 @@ pytestmark = [pytest.mark.faults, pytest.mark.postgres]
 
 OPS = 300
 LOAD_SECONDS = 60.0
+WITHHELD = 6  # charges committed, answers lost, just before the fault
 OUTAGE_REPLIES = 40  # replies the agent must get while the database is down
 
 
@@ -46,6 +47,7 @@ async def test_postgres_fast_shutdown_and_restart_mid_load(tmp_path: Path) -> No
             )
             try:
                 await run.wait_answered(OPS // 3, timeout=30)
+                await run.target.withhold_answers(WITHHELD)
                 await asyncio.to_thread(postgres.stop_fast)
                 down_at = run.agent.answered
                 await run.wait_answered(down_at + OUTAGE_REPLIES, timeout=20)

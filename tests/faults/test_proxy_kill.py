@@ -23,6 +23,7 @@ pytestmark = [pytest.mark.faults, pytest.mark.postgres]
 
 OPS = 300
 LOAD_SECONDS = 60.0
+WITHHELD = 6  # charges committed, answers lost, just before the fault
 DOWN_REPLIES = 16  # replies (no answer at all) the agent must get while no proxy runs
 
 
@@ -36,6 +37,7 @@ async def test_proxy_sigkill_and_restart_mid_load(
         )
         try:
             await run.wait_answered(OPS // 3, timeout=30)
+            await run.target.withhold_answers(WITHHELD)
             await run.proxy.process.kill()
             killed_at = run.agent.answered
             await run.wait_answered(killed_at + DOWN_REPLIES, timeout=20)
