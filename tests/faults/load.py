@@ -177,6 +177,20 @@ class Agent:
         )
 
 
+async def pass_through(proxy_url: str, target_url: str, count: int) -> list[float]:
+    """Unmatched GETs in forward mode, one after another: pass-through, never
+    recorded. Returns the seconds each took; every one must be answered 200."""
+    took = []
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=20)) as session:
+        for _ in range(count):
+            started = time.monotonic()
+            async with session.get(f"{target_url}/healthz", proxy=proxy_url) as answer:
+                assert answer.status == 200, await answer.text()
+                await answer.read()
+            took.append(time.monotonic() - started)
+    return took
+
+
 def _backoff(reply: Reply) -> float:
     return min(reply.retry_after or 0.1, MAX_BACKOFF)
 

@@ -20,9 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.faults.load import make_ops
+from tests.faults.load import make_ops, pass_through
 from tests.faults.scenario import scenario
-from tests.faults.test_slow_upstream import pass_through
 from tests.integration.harness import address
 
 pytestmark = [pytest.mark.faults, pytest.mark.postgres]
@@ -103,7 +102,7 @@ async def test_5000_idle_connections_do_not_stop_the_proxy(
                 ops = make_ops("idle", OPS)
                 _, passed = await asyncio.gather(
                     run.agent.run(ops, deadline=time.monotonic() + 60),
-                    pass_through(run.proxy.url, run.target, 20),
+                    pass_through(run.proxy.url, run.target.url, 20),
                 )
                 load = list(run.agent.replies)
                 disturbed = [p for p in idle if p.closed or p.received]

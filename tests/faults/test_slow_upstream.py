@@ -19,7 +19,7 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from tests.faults.load import Agent, Reply, make_ops
+from tests.faults.load import Agent, Reply, make_ops, pass_through
 from tests.faults.procs import Target, poll
 from tests.faults.scenario import scenario
 from tests.integration.harness import serve_app
@@ -41,6 +41,10 @@ class Gate:
         self.target = target
         self.opened = asyncio.Event()
         self.holding = 0
+
+    async def full(self) -> bool | None:
+        """For ``poll``: True once ``HELD`` requests wait here."""
+        return True if self.holding >= HELD else None
 
     async def handle(self, request: web.Request) -> web.Response:
         body = await request.read()
@@ -65,19 +69,6 @@ class Gate:
                 body=await answer.read(),
                 content_type=answer.content_type,
             )
-
-
-async def pass_through(proxy_url: str, target: Target, count: int) -> list[float]:
-    """Unmatched GETs in forward mode; the seconds each took (all must be 200)."""
-    took = []
-    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=20)) as session:
-        for _ in range(count):
-            started = time.monotonic()
-            async with session.get(f"{target.url}/healthz", proxy=proxy_url) as answer:
-                assert answer.status == 200, await answer.text()
-                await answer.read()
-            took.append(time.monotonic() - started)
-    return took
 
 
 async def test_a_slow_route_with_200_in_flight_starves_nobody(
@@ -106,14 +97,14 @@ async def test_a_slow_route_with_200_in_flight_starves_nobody(
             holders.run(held_ops[:HELD], deadline=time.monotonic() + 60)
         )
         try:
-            await poll(lambda: _true(gate.holding >= HELD), timeout=30, what="200 held")
+            await poll(gate.full, timeout=30, what="200 requests held at the target")
             refused = Agent(run.proxy.url, concurrency=EXTRA)
             await refused.run(held_ops[HELD:], deadline=time.monotonic() + 30)
             await refused.run(held_ops[:1], deadline=time.monotonic() + 30)  # held one
             others = make_ops("other", OTHER_OPS)
             flowing = run.agent.run(others, deadline=time.monotonic() + 30)
             _, passed = await asyncio.gather(
-                flowing, pass_through(run.proxy.url, run.target, PASSTHROUGH)
+                flowing, pass_through(run.proxy.url, run.target.url, PASSTHROUGH)
             )
             ready = await run.readyz()
             still_held = gate.holding
@@ -144,10 +135,3 @@ async def test_a_slow_route_with_200_in_flight_starves_nobody(
 
 def _slowest(replies: list[Reply]) -> float:
     return max(reply.finished - reply.started for reply in replies)
-
-
-def _true(condition: bool) -> asyncio.Future[bool | None]:
-    """``poll`` wants an awaitable; a condition already known is one at once."""
-    future: asyncio.Future[bool | None] = asyncio.get_running_loop().create_future()
-    future.set_result(True if condition else None)
-    return future
