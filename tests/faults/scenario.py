@@ -60,24 +60,37 @@ class Scenario:
         await poll(look, timeout=timeout, what="/readyz to answer 200")
 
     async def finish(
-        self, ops: Sequence[Op], *, strict_unsafe: bool = True, also: Sequence[Op] = ()
+        self, ops: Sequence[Op], *, strict_unsafe: bool = True
     ) -> tuple[Audit, list[Op]]:
-        """Retry what is unsettled, let the reconciler finish, audit, print the table.
+        """Let the reconciler settle what it can alone, then retry every op that is
+        not final with the same key, let it settle again, audit, print the table.
 
-        Returns the audit (its ``violations`` checked) and the ops still not final
-        when the retry deadline passed.
+        Every effect in the ledger must come to rest through the reconciler alone: a
+        client that never retries must not leave work behind. Returns the audit (its
+        ``violations`` checked) and the ops still not final at the retry deadline.
         """
         fault_replies = list(self.agent.replies)
-        every = [*ops, *also]
-        stuck = await self.agent.retry_until_settled(every, seconds=RETRY_SECONDS)
+        started = time.monotonic()
+        alone = await settle_and_collect(
+            self.database_url, self.target.db, timeout=SETTLE_SECONDS
+        )
+        took = time.monotonic() - started
+        stuck = await self.agent.retry_until_settled(ops, seconds=RETRY_SECONDS)
         retry_replies = self.agent.replies[len(fault_replies) :]
         evidence = await settle_and_collect(
             self.database_url, self.target.db, timeout=SETTLE_SECONDS
         )
         audit = Audit(
-            self.name, every, fault_replies, retry_replies, evidence, strict_unsafe
+            self.name, ops, fault_replies, retry_replies, evidence, strict_unsafe
         )
+        for key, ledger in sorted(alone.effects.items()):
+            if not ledger.at_rest():
+                audit.violations.append(
+                    f"{key}: the reconciler alone left it {ledger.status} "
+                    f"for {SETTLE_SECONDS:g}s"
+                )
         audit.check()
+        print(f"\n  the reconciler alone settled the ledger in {took:.1f}s", end="")
         print("\n" + audit.table(), flush=True)
         return audit, stuck
 
