@@ -8,6 +8,10 @@ servers) receive as empty. A chunked body has no length to keep and is streamed 
 chunked. Userinfo in an absolute-form URL is dropped: aiohttp's client would turn it
 into ``Authorization: Basic`` for the target, a credential the client never sent as one.
 Where the request may go at all is the egress policy's decision (``proxy.egress``).
+
+Nothing here is recorded, so an error answer is all the client learns: a connection
+that never opened is ``upstream-unreachable`` (nothing was sent), one that broke after
+it opened is ``outcome-unknown`` (the target may have acted on the request).
 """
 
 from __future__ import annotations
@@ -19,7 +23,12 @@ import aiohttp
 from aiohttp import web
 from yarl import URL
 
-from effect_broker.errors import BodyTooLarge, MalformedRequest, UpstreamUnreachable
+from effect_broker.errors import (
+    BodyTooLarge,
+    MalformedRequest,
+    OutcomeUnknown,
+    UpstreamUnreachable,
+)
 from effect_broker.headers import passthrough_request_headers, response_headers
 from effect_broker.problems import problem_response
 from effect_broker.proxy.edge import EDGE_LIMITS
@@ -68,9 +77,19 @@ async def pass_through(
             data=data,
             allow_redirects=False,
         )
-    except (aiohttp.ClientError, OSError) as exc:
+    except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError) as exc:
         return problem_response(
             UpstreamUnreachable(f"could not reach {request.host}: {exc}"), status=502
+        )
+    except (aiohttp.ClientError, OSError) as exc:
+        # Connected, so the request may have arrived whole: never "nothing was sent".
+        return problem_response(
+            OutcomeUnknown(
+                f"the connection to {request.host} broke after the request was sent "
+                f"({type(exc).__name__}); it was passed through unrecorded, so the "
+                "target may have acted on it and nothing will retry it"
+            ),
+            status=502,
         )
     try:
         out = web.StreamResponse(status=upstream.status, reason=upstream.reason)

