@@ -21,7 +21,7 @@ from effect_broker.cli.options import DatabaseUrl, Routes, settings_from
 from effect_broker.config.routes_config import RoutesConfig
 from effect_broker.config.routes_file import load_routes, resolve_inject_headers
 from effect_broker.config.settings import Settings
-from effect_broker.crypto import Keyring, MasterKey
+from effect_broker.crypto import Keyring
 from effect_broker.errors import EffectBrokerError
 from effect_broker.store import Store
 
@@ -93,11 +93,10 @@ async def diagnose(settings: Settings) -> list[Finding]:
         findings.append(Finding("routes", False, exc.message))
         config = None
     try:
-        master = MasterKey.from_base64(
-            settings.master_key.get_secret_value() if settings.master_key else None
-        )
-        keyring: Keyring | None = Keyring(master)
-        findings.append(Finding("master key", True, f"key id {master.key_id}"))
+        configured = Keyring(settings.master_key_list())
+        ids = ", ".join(configured.key_ids)
+        findings.append(Finding("master key", True, f"key id {ids}"))
+        keyring: Keyring | None = configured
     except EffectBrokerError as exc:
         findings.append(Finding("master key", False, exc.message))
         keyring = None
@@ -142,16 +141,44 @@ async def _database(database_url: str, keyring: Keyring | None) -> list[Finding]
         async def key() -> Finding:
             if keyring is None:
                 return Finding("ledger key", False, "no valid master key to compare")
-            await store.check_master_key(keyring.key_id, record=False)
+            await store.check_master_keys(keyring.key_ids, record=False)
             return Finding("ledger key", True, "the ledger was written with this key")
 
         findings = [Finding("database", True, "reachable")]
         for check, probe in (("migrations", migrations), ("clock skew", skew)):
             findings.append(await _guard(check, probe))
         findings.append(await _guard("ledger key", key))
+        findings.append(
+            await _guard("payload keys", lambda: payload_keys(store, keyring))
+        )
         return findings
     finally:
         await store.close()
+
+
+async def payload_keys(store: Store, keyring: Keyring | None) -> Finding:
+    """Name the stored payloads that no configured master key can open.
+
+    Such payloads are lost while their key is missing: a replay of those receipts or a
+    resend of those requests fails. Typically a key dropped before ``keys rotate`` ran.
+    """
+    usage = await store.key_usage()
+    configured = set(keyring.key_ids) if keyring else set()
+    missing = [use for use in usage if use.key_id not in configured]
+    if not missing:
+        return Finding("payload keys", True, "every stored payload opens with these keys")
+    lost = "; ".join(
+        f"key {use.key_id} seals {use.payloads} {use.kind} payload(s)"
+        + (f", e.g. effect {use.example}" if use.example else "")
+        for use in missing
+    )
+    return Finding(
+        "payload keys",
+        False,
+        f"unreadable without a missing key: {lost}. Add the key to "
+        "EFFECT_BROKER_MASTER_KEYS (after the new one) and run "
+        "`effect-broker keys rotate`",
+    )
 
 
 def doctor(routes: Routes = None, database_url: DatabaseUrl = None) -> None:
