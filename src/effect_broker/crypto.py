@@ -1,9 +1,16 @@
 """Keys and payload encryption at rest.
 
-One master key (from configuration, never generated behind the operator's back) derives
-every other key with HKDF-SHA256: a per-tenant HMAC key for downstream idempotency keys
-and a per-tenant data key for stored payloads. Deriving instead of storing means there is
-one secret to manage, and a leak of one tenant's derived key exposes nothing else.
+A master key (from configuration, never generated behind the operator's back) derives
+every other key with HKDF-SHA256: a per-tenant data key for stored payloads and, unless
+the ledger's idempotency root is given, a per-tenant HMAC key for downstream idempotency
+keys. Deriving instead of storing means there is one secret to manage, and a leak of one
+tenant's derived key exposes nothing else.
+
+A keyring may hold several master keys while one is rotated out: the first encrypts, any
+of them decrypts the blobs that name it. The downstream HMAC key must not follow the
+encrypting key, or a rotation would change the key sent for new effects of a tenant; so
+runtimes derive it from the idempotency root, a random secret the ledger keeps sealed
+under the master keys (``engine.rekey``), which rotations re-seal but never change.
 
 Stored payloads are AES-256-GCM encrypted and bound to (tenant, effect, kind) through the
 associated data, so a ciphertext copied onto another row fails to decrypt instead of
@@ -16,6 +23,7 @@ from __future__ import annotations
 import base64
 import binascii
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from cryptography.exceptions import InvalidTag
@@ -25,7 +33,7 @@ from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from effect_broker.errors import DecryptionError, MasterKeyError
 
-__all__ = ["BLOB_VERSION", "Keyring", "MasterKey"]
+__all__ = ["BLOB_VERSION", "Keyring", "MasterKey", "blob_key_id"]
 
 KEY_BYTES = 32
 NONCE_BYTES = 12
@@ -97,37 +105,99 @@ class MasterKey:
     def to_base64(self) -> str:
         return base64.b64encode(self.raw).decode("ascii")
 
+    @classmethod
+    def list_from_base64(
+        cls, value: str, *, source: str = "EFFECT_BROKER_MASTER_KEYS"
+    ) -> list[MasterKey]:
+        """Comma-separated keys, the encrypting one first; no blanks, no repeats."""
+        items = value.split(",")
+        if not value.strip():
+            raise MasterKeyError(f"{source} is empty; list at least one key")
+        keys: list[MasterKey] = []
+        for number, item in enumerate(items, start=1):
+            if not item.strip():
+                raise MasterKeyError(
+                    f"{source}: key {number} of {len(items)} is empty; separate "
+                    "base64 keys with single commas"
+                )
+            key = cls.from_base64(item, source=f"{source} (key {number})")
+            for earlier, seen in enumerate(keys, start=1):
+                if seen.key_id == key.key_id:
+                    raise MasterKeyError(
+                        f"{source}: keys {earlier} and {number} are the same key "
+                        f"({key.key_id}); list each key once"
+                    )
+            keys.append(key)
+        return keys
+
+
+def blob_key_id(blob: bytes) -> str | None:
+    """The key id a sealed blob names in its header, or None when it has none."""
+    if len(blob) < 2 or blob[0] != BLOB_VERSION or len(blob) < 2 + blob[1]:
+        return None
+    return blob[2 : 2 + blob[1]].decode("ascii", "replace")
+
 
 class Keyring:
-    """Per-tenant keys derived from one master key, and payload encryption with them."""
+    """Per-tenant keys derived from master keys, and payload encryption with them.
 
-    def __init__(self, master: MasterKey) -> None:
-        self._master = master
-        self._cache: dict[tuple[bytes, str], bytes] = {}
+    ``masters`` is one key or several: the first encrypts, each decrypts what names it.
+    ``hmac_root`` (32 bytes) replaces the first master key as the source of the tenant
+    HMAC keys, so that they survive a rotation of the master keys.
+    """
+
+    def __init__(
+        self, masters: MasterKey | Sequence[MasterKey], *, hmac_root: bytes | None = None
+    ) -> None:
+        keys = [masters] if isinstance(masters, MasterKey) else list(masters)
+        if not keys:
+            raise MasterKeyError("a keyring needs at least one master key")
+        self._masters = {key.key_id: key for key in keys}
+        if len(self._masters) != len(keys):
+            raise MasterKeyError("a keyring cannot hold the same master key twice")
+        self._master = keys[0]
+        if hmac_root is not None and len(hmac_root) != KEY_BYTES:
+            raise MasterKeyError(f"the idempotency root must be {KEY_BYTES} bytes")
+        self._hmac_root = hmac_root
+        self._cache: dict[tuple[bytes, str, str], bytes] = {}
 
     def __repr__(self) -> str:
-        return f"Keyring(key_id={self.key_id!r})"
+        return f"Keyring(key_ids={self.key_ids!r})"
 
     @property
     def key_id(self) -> str:
+        """The id of the key that encrypts."""
         return self._master.key_id
 
-    def _derive(self, purpose: bytes, tenant_id: str) -> bytes:
+    @property
+    def key_ids(self) -> tuple[str, ...]:
+        """Every key this keyring decrypts with, the encrypting one first."""
+        return tuple(self._masters)
+
+    def with_hmac_root(self, hmac_root: bytes) -> Keyring:
+        return Keyring(list(self._masters.values()), hmac_root=hmac_root)
+
+    def _derive(
+        self, purpose: bytes, tenant_id: str, root: bytes, root_name: str
+    ) -> bytes:
         # Derivation is cheap but not free; requests for one tenant reuse the result.
-        cache_key = (purpose, tenant_id)
+        cache_key = (purpose, tenant_id, root_name)
         key = self._cache.get(cache_key)
         if key is None:
             info = b"effect-broker v1" + _length_prefixed(purpose, tenant_id.encode())
-            key = self._cache[cache_key] = _hkdf(self._master.raw, info)
+            key = self._cache[cache_key] = _hkdf(root, info)
         return key
 
     def tenant_hmac_key(self, tenant_id: str) -> bytes:
-        """Key for ``canonical.downstream_key``."""
-        return self._derive(b"tenant-hmac", tenant_id)
+        """Key for ``canonical.downstream_key``: from the idempotency root when set."""
+        if self._hmac_root is not None:
+            return self._derive(b"tenant-hmac", tenant_id, self._hmac_root, "root")
+        return self._derive(b"tenant-hmac", tenant_id, self._master.raw, self.key_id)
 
-    def data_key(self, tenant_id: str) -> bytes:
-        """AES-256 key for the tenant's stored payloads."""
-        return self._derive(b"data", tenant_id)
+    def data_key(self, tenant_id: str, key_id: str | None = None) -> bytes:
+        """AES-256 key for the tenant's stored payloads under one master key."""
+        master = self._masters[key_id] if key_id else self._master
+        return self._derive(b"data", tenant_id, master.raw, master.key_id)
 
     def _header(self) -> bytes:
         key_id = self.key_id.encode("ascii")
@@ -166,17 +236,19 @@ class Keyring:
         id_end = 2 + (blob[1] if len(blob) > 1 else 0)
         if len(blob) < id_end + NONCE_BYTES + _TAG_BYTES:
             raise DecryptionError(f"{what} is malformed: too short")
-        blob_key_id = blob[2:id_end].decode("ascii", "replace")
-        if blob_key_id != self.key_id:
+        key_id = blob[2:id_end].decode("ascii", "replace")
+        if key_id not in self._masters:
+            configured = ", ".join(self._masters)
+            noun = "master key is" if len(self._masters) == 1 else "master keys are"
             raise DecryptionError(
-                f"{what} was encrypted under key {blob_key_id}, but the configured "
-                f"master key is {self.key_id}; configure the master key that wrote it"
+                f"{what} was encrypted under key {key_id}, but the configured {noun} "
+                f"{configured}; configure the master key that wrote it"
             )
         header = blob[:id_end]
         nonce = blob[id_end : id_end + NONCE_BYTES]
         sealed = blob[id_end + NONCE_BYTES :]
         try:
-            return AESGCM(self.data_key(tenant_id)).decrypt(
+            return AESGCM(self.data_key(tenant_id, key_id)).decrypt(
                 nonce, sealed, self._aad(header, tenant_id, effect_id, kind)
             )
         except InvalidTag:
@@ -184,3 +256,23 @@ class Keyring:
                 f"{what} failed authentication: it was altered, or it belongs to another "
                 "effect, tenant or kind"
             ) from None
+
+    def reseal(self, *, tenant_id: str, effect_id: str, kind: str, blob: bytes) -> bytes:
+        """The same plaintext sealed under the encrypting key, proven before it is used.
+
+        Decrypts with whichever key wrote ``blob``, encrypts under the first key, and
+        decrypts the result again: only a blob that opens to the very same bytes is
+        returned, so a rotation can never store something other than what it read.
+        """
+        plaintext = self.decrypt(
+            tenant_id=tenant_id, effect_id=effect_id, kind=kind, blob=blob
+        )
+        fresh = self.encrypt(
+            tenant_id=tenant_id, effect_id=effect_id, kind=kind, plaintext=plaintext
+        )
+        again = self.decrypt(
+            tenant_id=tenant_id, effect_id=effect_id, kind=kind, blob=fresh
+        )
+        if again != plaintext or blob_key_id(fresh) != self.key_id:
+            raise DecryptionError(f"re-encrypting the {kind} of {effect_id!r} failed")
+        return fresh

@@ -59,6 +59,19 @@ class Metrics:
             ["route"],
             registry=self.registry,
         )
+        self.store_unavailable = Counter(
+            "effect_broker_store_unavailable",
+            "Answers given because the ledger database could not be reached, by where "
+            "(proxy: a request refused; admin: readiness or a metrics refresh failed).",
+            ["surface"],
+            registry=self.registry,
+        )
+        self.reconciler_heartbeat = Gauge(
+            "effect_broker_reconciler_last_pass_timestamp_seconds",
+            "Unix time of the reconciler's last completed pass; 0 before the first one "
+            "or in a process that runs no reconciler.",
+            registry=self.registry,
+        )
         self.overhead = Histogram(
             "effect_broker_proxy_overhead_seconds",
             "Time a recorded request spent in the proxy, upstream time excluded.",

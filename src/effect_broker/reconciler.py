@@ -92,4 +92,7 @@ class Reconciler:
                     effect.route,
                     outcome.effect.status,
                 )
+        # The heartbeat an alert watches: set only by a pass whose claim reached the
+        # ledger, so a reconciler that is stuck or cut off from it goes quiet.
+        self.engine.wiring.metrics.reconciler_heartbeat.set_to_current_time()
         return len(claimed)

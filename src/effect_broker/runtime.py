@@ -1,7 +1,7 @@
 """Open everything a proxy or reconciler process needs, and close it in reverse order.
 
-Start-up refuses to run on a ledger it cannot serve correctly: pending migrations, a
-master key other than the one the ledger was written with, or an ``${env:...}`` secret
+Start-up refuses to run on a ledger it cannot serve correctly: pending migrations, master
+keys none of which the ledger was written with, or an ``${env:...}`` secret
 that is not set. Each is a clear error before the first request, never a surprise later.
 """
 
@@ -15,9 +15,10 @@ from effect_broker.config.egress import EgressPolicy, default_rules, dsn_authori
 from effect_broker.config.routes_config import RoutesConfig
 from effect_broker.config.routes_file import resolve_inject_headers
 from effect_broker.config.settings import Settings
-from effect_broker.crypto import Keyring, MasterKey
+from effect_broker.crypto import Keyring
 from effect_broker.engine.engine import Engine
 from effect_broker.engine.owners import worker_name
+from effect_broker.engine.rekey import with_idempotency_root
 from effect_broker.engine.slots import UpstreamSlots
 from effect_broker.engine.upstream import client_session
 from effect_broker.engine.wiring import Wiring
@@ -40,9 +41,7 @@ async def open_runtime(
     migrate: bool = False,
     role: str = "proxy",
 ) -> AsyncIterator[ProxyState]:
-    master = MasterKey.from_base64(
-        settings.master_key.get_secret_value() if settings.master_key else None
-    )
+    keyring = Keyring(settings.master_key_list())
     injected = resolve_inject_headers(config, os.environ if environ is None else environ)
     configure_tracing()
     if not settings.database_url:
@@ -64,8 +63,8 @@ async def open_runtime(
                 f"the ledger lacks migrations {', '.join(m.label for m in pending)}; "
                 "run `effect-broker migrate` first"
             )
-        keyring = Keyring(master)
-        await store.check_master_key(keyring.key_id)
+        await store.check_master_keys(keyring.key_ids)
+        keyring = await with_idempotency_root(store, keyring)
         metrics = Metrics()
         store.on_fenced = metrics.fenced.inc
         # Effects and pass-through get separate clients: a slow pass-through target

@@ -45,6 +45,7 @@ from effect_broker.errors import (
     MethodNotAllowed,
     NoReceipt,
     RouteNotFound,
+    StoreUnavailable,
 )
 from effect_broker.history import fold_events
 from effect_broker.models import Effect
@@ -74,6 +75,8 @@ async def readyz(request: web.Request) -> web.Response:
         await store.ping()
         pending = await store.pending_migrations()
     except EffectBrokerError as exc:
+        if isinstance(exc, StoreUnavailable):
+            request.app[ADMIN_STATE].metrics.store_unavailable.labels("admin").inc()
         return _json(Readiness(status="unavailable", detail=exc.message), status=503)
     if pending:
         return _json(
@@ -106,9 +109,18 @@ async def refresh_unknown_gauges(state: AdminState) -> None:
 
 
 async def metrics(request: web.Request) -> web.Response:
-    """Prometheus text; open because it carries routes and counts, never tenants."""
+    """Prometheus text; open because it carries routes and counts, never tenants.
+
+    Served even when the ledger cannot be read: the counters, and the count of
+    store-unavailable answers this outage adds, are what an alert needs most then. The
+    unknown-effect gauges keep their last values until the ledger answers again.
+    """
     state = request.app[ADMIN_STATE]
-    await refresh_unknown_gauges(state)
+    try:
+        await refresh_unknown_gauges(state)
+    except StoreUnavailable as exc:
+        log.warning("metrics: unknown-effect gauges not refreshed: %s", exc.message)
+        state.metrics.store_unavailable.labels("admin").inc()
     return web.Response(
         body=generate_latest(state.metrics.registry),
         headers={"Content-Type": CONTENT_TYPE_LATEST},

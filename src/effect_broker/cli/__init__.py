@@ -29,6 +29,7 @@ def _register() -> None:
         demo,
         doctor,
         effects,
+        keys,
         migrate,
         reconciler,
         routes,
@@ -41,6 +42,7 @@ def _register() -> None:
     app.add_typer(tenants.tenants_app, name="tenants")
     app.add_typer(effects.effects_app, name="effects")
     app.add_typer(demo.demo_app, name="demo")
+    app.add_typer(keys.keys_app, name="keys")
     app.command(name="migrate")(migrate.migrate)
     app.command(name="serve")(serve.serve)
     app.command(name="up")(up.up)

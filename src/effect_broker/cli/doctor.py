@@ -19,11 +19,17 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from effect_broker.cli.doctor_keys import KeyFile, configured_key, ledger_key
+from effect_broker.cli.doctor_keys import (
+    KeyFile,
+    KeyFinding,
+    configured_key,
+    ledger_key,
+)
 from effect_broker.cli.options import DatabaseUrl, Routes, settings_from
 from effect_broker.config.routes_config import RoutesConfig
 from effect_broker.config.routes_file import load_routes, resolve_inject_headers
 from effect_broker.config.settings import Settings
+from effect_broker.crypto import Keyring
 from effect_broker.errors import EffectBrokerError
 from effect_broker.store import Store
 
@@ -123,13 +129,14 @@ async def diagnose(settings: Settings) -> list[Finding]:
     else:
         database, ledger_keys = await _database(database_url, source)
     key_file = KeyFile.find(settings.data_dir)
-    value = settings.master_key.get_secret_value() if settings.master_key else None
-    master, keyring = configured_key(value, key_file, ledger_keys)
+    master, keyring = configured_keys(settings, key_file, ledger_keys)
     findings.append(Finding("master key", master.ok, master.detail))
     findings += database
     if ledger_keys is not None:
         ledger = ledger_key(keyring, key_file, ledger_keys)
         findings.append(Finding("ledger key", ledger.ok, ledger.detail))
+        assert database_url is not None
+        findings.append(await _payloads(database_url, keyring))
     if config is not None:
         findings += await _upstreams(config)
     return findings
@@ -176,6 +183,56 @@ async def _database(
         return findings, ledger_keys
     finally:
         await store.close()
+
+
+def configured_keys(
+    settings: Settings, key_file: KeyFile | None, ledger_keys: list[str] | None
+) -> tuple[KeyFinding, Keyring | None]:
+    """``EFFECT_BROKER_MASTER_KEYS`` (during a rotation) or the one-key form."""
+    if settings.master_keys is None:
+        value = settings.master_key.get_secret_value() if settings.master_key else None
+        return configured_key(value, key_file, ledger_keys)
+    try:
+        keyring = Keyring(settings.master_key_list())
+    except EffectBrokerError as exc:
+        return KeyFinding(False, exc.message), None
+    return KeyFinding(True, f"key ids {', '.join(keyring.key_ids)}"), keyring
+
+
+async def _payloads(database_url: str, keyring: Keyring | None) -> Finding:
+    try:
+        store = await Store.connect(database_url, max_size=1)
+    except EffectBrokerError as exc:
+        return Finding("payload keys", False, exc.message)
+    try:
+        return await _guard("payload keys", lambda: payload_keys(store, keyring))
+    finally:
+        await store.close()
+
+
+async def payload_keys(store: Store, keyring: Keyring | None) -> Finding:
+    """Name the stored payloads that no configured master key can open.
+
+    Such payloads are lost while their key is missing: a replay of those receipts or a
+    resend of those requests fails. Typically a key dropped before ``keys rotate`` ran.
+    """
+    usage = await store.key_usage()
+    configured = set(keyring.key_ids) if keyring else set()
+    missing = [use for use in usage if use.key_id not in configured]
+    if not missing:
+        return Finding("payload keys", True, "every stored payload opens with these keys")
+    lost = "; ".join(
+        f"key {use.key_id} seals {use.payloads} {use.kind} payload(s)"
+        + (f", e.g. effect {use.example}" if use.example else "")
+        for use in missing
+    )
+    return Finding(
+        "payload keys",
+        False,
+        f"unreadable without a missing key: {lost}. Add the key to "
+        "EFFECT_BROKER_MASTER_KEYS (after the new one) and run "
+        "`effect-broker keys rotate`",
+    )
 
 
 def doctor(

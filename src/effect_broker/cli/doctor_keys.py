@@ -113,7 +113,7 @@ def ledger_key(
         return KeyFinding(True, f"no payloads yet: the first proxy start records {first}")
     if keyring is None:
         return KeyFinding(False, f"no valid master key to compare with {ledger_keys[0]}")
-    if keyring.key_id in ledger_keys:
+    if any(key_id in ledger_keys for key_id in keyring.key_ids):
         if key_file is not None and in_file == keyring.key_id:
             return KeyFinding(True, f"the ledger was written with {key_file.shown}")
         return KeyFinding(True, "the ledger was written with this key")

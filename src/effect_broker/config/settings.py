@@ -9,6 +9,8 @@ from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from effect_broker.config.durations import parse_duration
+from effect_broker.crypto import MasterKey
+from effect_broker.errors import MasterKeyError
 
 
 class Settings(BaseSettings):
@@ -28,6 +30,11 @@ class Settings(BaseSettings):
     )
     master_key: SecretStr | None = Field(
         None, description="Base64 of 32 random bytes; encrypts stored payloads."
+    )
+    master_keys: SecretStr | None = Field(
+        None,
+        description="Several master keys, comma-separated base64, while one is rotated "
+        "out: the first encrypts, every one decrypts. Instead of master_key.",
     )
     admin_token: SecretStr | None = Field(None, description="Bearer token for admin.")
     data_dir: Path = Field(
@@ -97,6 +104,21 @@ class Settings(BaseSettings):
     )
     pool_min_size: int = Field(1, ge=1)
     pool_max_size: int = Field(10, ge=1)
+
+    def master_key_list(self) -> list[MasterKey]:
+        """The configured master keys, the encrypting one first; one-line errors."""
+        if self.master_key is not None and self.master_keys is not None:
+            raise MasterKeyError(
+                "both EFFECT_BROKER_MASTER_KEY and EFFECT_BROKER_MASTER_KEYS are set; "
+                "set one (MASTER_KEYS lists every key while rotating, the new one first)"
+            )
+        if self.master_keys is not None:
+            return MasterKey.list_from_base64(self.master_keys.get_secret_value())
+        return [
+            MasterKey.from_base64(
+                self.master_key.get_secret_value() if self.master_key else None
+            )
+        ]
 
     @field_validator(
         "lease_grace",

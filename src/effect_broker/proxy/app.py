@@ -159,6 +159,7 @@ async def problems_middleware(
         return await handler(request)
     except StoreUnavailable as exc:
         store_log.error("store-unavailable", "ledger unavailable: %s", exc)
+        request.app[PROXY_STATE].metrics.store_unavailable.labels("proxy").inc()
         return problem_response(
             StoreUnavailable("the ledger database is unreachable; nothing was sent"),
         )

@@ -9,7 +9,7 @@ the hot path costs the database as little as it can.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -31,6 +31,7 @@ from effect_broker.models import (
     SafetyClass,
 )
 from effect_broker.state_machine import check_transition
+from effect_broker.store.keys import LedgerKeys
 from effect_broker.store.migrations import Migration, apply_migrations, pending_migrations
 from effect_broker.store.reads import LedgerReads
 from effect_broker.store.rows import effect_of, receipt_of
@@ -59,7 +60,7 @@ async def _init_connection(conn: asyncpg.Connection) -> None:
     )
 
 
-class Store(LedgerReads):
+class Store(LedgerReads, LedgerKeys):
     """The ledger. Every state change is a compare-and-swap on ``Effect.version``.
 
     A write whose expected version is stale changes nothing and raises ``StaleVersion``:
@@ -117,25 +118,35 @@ class Store(LedgerReads):
         return [row["key_id"] for row in rows]
 
     async def check_master_key(self, key_id: str, *, record: bool = True) -> None:
-        """Refuse a master key other than the one that encrypted what is stored here.
+        """``check_master_keys`` for one key."""
+        await self.check_master_keys([key_id], record=record)
 
-        A fresh ledger records the first key it sees (``record``), so every later start
-        with another key is refused.
+    async def check_master_keys(
+        self, key_ids: Sequence[str], *, record: bool = True
+    ) -> None:
+        """Refuse master keys none of which encrypted what is stored here.
+
+        While a key is rotated out the configured list holds the new key and the old
+        one; one key the ledger knows is enough. The first (encrypting) key is recorded
+        (``record``), so a later start with only the new key is accepted, and a fresh
+        ledger records the first key it sees.
         """
         async with translated():
             known = [
                 row["key_id"]
                 for row in await self._pool.fetch(self._sql["list_master_keys"])
             ]
-            if known and key_id not in known:
+            if known and not set(key_ids) & set(known):
+                configured = ", ".join(key_ids)
                 raise MasterKeyError(
                     "this database holds payloads encrypted under master key "
-                    f"{known[0]}, "
-                    f"but the configured master key is {key_id}; set "
-                    "EFFECT_BROKER_MASTER_KEY to the key this ledger was created with"
+                    f"{', '.join(known)}, "
+                    f"but the configured master key is {configured}; set "
+                    "EFFECT_BROKER_MASTER_KEY (or EFFECT_BROKER_MASTER_KEYS) to include "
+                    "the key this ledger was written with"
                 )
-            if not known and record:
-                await self._pool.execute(self._sql["record_master_key"], key_id)
+            if record:
+                await self._pool.execute(self._sql["record_master_key"], key_ids[0])
 
     # -- tenants ------------------------------------------------------------------------
 

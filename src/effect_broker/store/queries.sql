@@ -217,3 +217,74 @@ GROUP BY route, status;
 -- clock --
 -- The database's idea of now, to measure clock skew against leases.
 SELECT now() AS now;
+
+-- master_key_ids_of_payloads --
+-- How many stored payloads each master key protects, by kind, from each blob's header.
+SELECT key_id, kind, count(*) AS payloads, min(effect_id::text) AS example
+FROM (
+    SELECT convert_from(substring(request_ciphertext FROM 3
+                                  FOR get_byte(request_ciphertext, 1)), 'UTF8') AS key_id,
+           'request' AS kind, effect_id
+    FROM effects WHERE request_ciphertext IS NOT NULL
+    UNION ALL
+    SELECT convert_from(substring(response_ciphertext FROM 3
+                                  FOR get_byte(response_ciphertext, 1)), 'UTF8'),
+           'receipt', effect_id
+    FROM effect_receipts
+    UNION ALL
+    SELECT convert_from(substring(ciphertext FROM 3 FOR get_byte(ciphertext, 1)), 'UTF8'),
+           'idempotency root', NULL
+    FROM idempotency_root
+) AS sealed
+GROUP BY key_id, kind
+ORDER BY key_id, kind;
+
+-- requests_not_under_key --
+-- A batch of stored requests sealed under another key than $1, after effect $2.
+SELECT effect_id, tenant_id, request_ciphertext AS ciphertext
+FROM effects
+WHERE effect_id > $2 AND request_ciphertext IS NOT NULL
+  AND substring(request_ciphertext FROM 3 FOR get_byte(request_ciphertext, 1))
+      <> convert_to($1, 'UTF8')
+ORDER BY effect_id
+LIMIT $3;
+
+-- receipts_not_under_key --
+-- A batch of receipts sealed under another key than $1, after effect $2.
+SELECT r.effect_id, e.tenant_id, r.response_ciphertext AS ciphertext
+FROM effect_receipts AS r JOIN effects AS e USING (effect_id)
+WHERE r.effect_id > $2
+  AND substring(r.response_ciphertext FROM 3 FOR get_byte(r.response_ciphertext, 1))
+      <> convert_to($1, 'UTF8')
+ORDER BY r.effect_id
+LIMIT $3;
+
+-- reseal_requests --
+-- Swap re-encrypted requests in, each only if its ciphertext is still the one read.
+UPDATE effects AS e SET request_ciphertext = v.fresh
+FROM unnest($1::uuid[], $2::bytea[], $3::bytea[]) AS v (effect_id, old, fresh)
+WHERE e.effect_id = v.effect_id AND e.request_ciphertext = v.old
+RETURNING e.effect_id;
+
+-- reseal_receipts --
+-- Swap re-encrypted receipts in, each only if its ciphertext is still the one read.
+UPDATE effect_receipts AS r SET response_ciphertext = v.fresh
+FROM unnest($1::uuid[], $2::bytea[], $3::bytea[]) AS v (effect_id, old, fresh)
+WHERE r.effect_id = v.effect_id AND r.response_ciphertext = v.old
+RETURNING r.effect_id;
+
+-- get_idempotency_root --
+-- The sealed idempotency root, if the ledger has one yet.
+SELECT ciphertext FROM idempotency_root WHERE id = 1;
+
+-- add_idempotency_root --
+-- Store a sealed idempotency root unless one exists; the first start wins a race.
+INSERT INTO idempotency_root (id, ciphertext) VALUES (1, $1) ON CONFLICT (id) DO NOTHING;
+
+-- reseal_idempotency_root --
+-- Swap the re-encrypted root in only if it is still the one read.
+UPDATE idempotency_root SET ciphertext = $2 WHERE id = 1 AND ciphertext = $1;
+
+-- retire_master_keys --
+-- Forget master keys neither kept ($1) nor named by a stored payload ($2).
+DELETE FROM master_keys WHERE key_id <> ALL($1::text[]) AND key_id <> ALL($2::text[]);

@@ -1,0 +1,115 @@
+"""The ledger's side of master key rotation: which keys seal what, and the swap.
+
+Re-encryption never goes through the effect state machine: it changes no status and no
+version, so live workers are not fenced by it. Each swap is a compare-and-swap on the
+old ciphertext itself, so a row rewritten since it was read is left alone (and found
+again by the next sweep) instead of being overwritten.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from uuid import UUID
+
+import asyncpg
+
+from effect_broker.store.translate import translated
+
+REQUEST = "request"
+RECEIPT = "receipt"
+ROOT = "idempotency root"
+
+
+@dataclass(frozen=True, slots=True)
+class SealedPayload:
+    """One stored blob: the effect it belongs to, its tenant and the ciphertext."""
+
+    effect_id: UUID
+    tenant_id: str
+    ciphertext: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class KeyUsage:
+    """How many payloads of one kind a key seals, and one effect among them."""
+
+    key_id: str
+    kind: str
+    payloads: int
+    example: str | None
+
+
+class LedgerKeys:
+    """Mixed into ``Store``: it shares the store's pool and queries."""
+
+    _pool: asyncpg.Pool
+    _sql: Mapping[str, str]
+
+    async def key_usage(self) -> list[KeyUsage]:
+        async with translated():
+            rows = await self._pool.fetch(self._sql["master_key_ids_of_payloads"])
+        return [
+            KeyUsage(row["key_id"], row["kind"], row["payloads"], row["example"])
+            for row in rows
+        ]
+
+    async def known_master_keys(self) -> list[str]:
+        """The key ids the ledger accepts at start-up, oldest first."""
+        async with translated():
+            rows = await self._pool.fetch(self._sql["list_master_keys"])
+        return [row["key_id"] for row in rows]
+
+    async def not_under_key(
+        self, kind: str, key_id: str, *, after: UUID, limit: int
+    ) -> list[SealedPayload]:
+        """Up to ``limit`` requests or receipts sealed under another key, by effect id."""
+        query = "requests_not_under_key" if kind == REQUEST else "receipts_not_under_key"
+        async with translated():
+            rows = await self._pool.fetch(self._sql[query], key_id, after, limit)
+        return [
+            SealedPayload(row["effect_id"], row["tenant_id"], bytes(row["ciphertext"]))
+            for row in rows
+        ]
+
+    async def reseal(
+        self, kind: str, swaps: Sequence[tuple[SealedPayload, bytes]]
+    ) -> set[UUID]:
+        """Write each new ciphertext where the old one is still stored; those written."""
+        if not swaps:
+            return set()
+        query = "reseal_requests" if kind == REQUEST else "reseal_receipts"
+        async with translated():
+            rows = await self._pool.fetch(
+                self._sql[query],
+                [old.effect_id for old, _ in swaps],
+                [old.ciphertext for old, _ in swaps],
+                [fresh for _, fresh in swaps],
+            )
+        return {row["effect_id"] for row in rows}
+
+    async def idempotency_root(self, sealed_if_absent: bytes) -> bytes:
+        """The stored sealed root, storing ``sealed_if_absent`` first if there is none.
+
+        Concurrent first starts race on one row; every one of them reads the winner's.
+        """
+        async with translated():
+            await self._pool.execute(self._sql["add_idempotency_root"], sealed_if_absent)
+            stored: bytes = await self._pool.fetchval(self._sql["get_idempotency_root"])
+        return bytes(stored)
+
+    async def reseal_idempotency_root(self, old: bytes, fresh: bytes) -> bool:
+        async with translated():
+            status = await self._pool.execute(
+                self._sql["reseal_idempotency_root"], old, fresh
+            )
+        return bool(status == "UPDATE 1")
+
+    async def retire_master_keys(
+        self, keep: Sequence[str], in_use: Sequence[str]
+    ) -> None:
+        """Forget keys neither kept nor sealing anything: start-up refuses them then."""
+        async with translated():
+            await self._pool.execute(
+                self._sql["retire_master_keys"], list(keep), list(in_use)
+            )
