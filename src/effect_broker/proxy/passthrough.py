@@ -17,7 +17,13 @@ import aiohttp
 from aiohttp import web
 from yarl import URL
 
-from effect_broker.errors import BodyTooLarge, MalformedRequest, UpstreamUnreachable
+from effect_broker.engine.upstream import tls_failure
+from effect_broker.errors import (
+    BodyTooLarge,
+    MalformedRequest,
+    UpstreamTLS,
+    UpstreamUnreachable,
+)
 from effect_broker.headers import passthrough_request_headers, response_headers
 from effect_broker.problems import problem_response
 from effect_broker.proxy.edge import EDGE_LIMITS
@@ -56,6 +62,13 @@ async def pass_through(
             headers=passthrough_request_headers(request.headers.items()),
             data=data,
             allow_redirects=False,
+        )
+    except (
+        aiohttp.ClientConnectorCertificateError,
+        aiohttp.ClientConnectorSSLError,
+    ) as exc:
+        return problem_response(
+            UpstreamTLS(f"{tls_failure(url.host, exc)}; nothing was forwarded")
         )
     except (aiohttp.ClientError, OSError) as exc:
         return problem_response(
