@@ -27,6 +27,7 @@ from effect_broker.problems import problem_response
 from effect_broker.proxy.edge import EDGE_LIMITS, EdgeLimits
 from effect_broker.proxy.edge_input import check_path, printable
 from effect_broker.proxy.flow import EffectRequest, is_absolute_form
+from effect_broker.proxy.intercept import tunnel_of
 from effect_broker.proxy.passthrough import pass_through
 from effect_broker.proxy.state import PROXY_STATE, ProxyState
 from effect_broker.ratelimited_log import RateLimitedLog
@@ -39,16 +40,30 @@ store_log = RateLimitedLog(log)
 async def handle(request: web.Request) -> web.StreamResponse:
     state = request.app[PROXY_STATE]
     check_path(request.path)
+    forward = is_forward(request)
     tenant = state.tenant
-    if state.gateway is not None:
+    tunnel = tunnel_of(request)
+    if tunnel is not None and tunnel.tenant is not None:
+        tenant = tunnel.tenant  # a gateway tenant authenticated on the CONNECT
+    elif state.gateway is not None:
         tenant = await state.gateway.tenant_for(
             request.headers.get("Proxy-Authorization")
         )
-    forward = is_absolute_form(request)
     route = match(request, state, forward=forward)
     if route is None:
         return await unmatched(request, state, forward=forward)
     return await EffectRequest(state, route, request, tenant).handle()
+
+
+def is_forward(request: web.Request) -> bool:
+    """Forward mode: absolute form, which every request in an intercepted tunnel has
+    been rewritten to unless it named a host of its own (refused: fail closed)."""
+    if tunnel_of(request) is not None and not is_absolute_form(request):
+        raise MalformedRequest(
+            "inside a CONNECT tunnel the request target must be a path (origin form), "
+            f"not {printable(request.raw_path[:100])!r}"
+        )
+    return is_absolute_form(request)
 
 
 def match(request: web.Request, state: ProxyState, *, forward: bool) -> Route | None:
@@ -72,7 +87,7 @@ async def expect_continue(request: web.Request) -> web.StreamResponse | None:
             MalformedRequest(f"Expect: {expect!r} is not supported; use 100-continue"),
             status=417,
         )
-    route = match(request, state, forward=is_absolute_form(request))
+    route = match(request, state, forward=is_forward(request))
     limit = (
         state.max_request_bytes
         if route is not None

@@ -29,6 +29,7 @@ from effect_broker.errors import (
 )
 from effect_broker.problems import problem_bytes
 from effect_broker.proxy.edge import ConnectionGate
+from effect_broker.proxy.intercept import Interception
 
 log = logging.getLogger("effect_broker.connect")
 
@@ -36,6 +37,10 @@ CONNECT = b"CONNECT "
 MAX_HEAD = 16 * 1024
 CONNECT_TIMEOUT = 10.0
 HIGH_WATER = 1024 * 1024
+INTERCEPT_HINT = (
+    "; or let the proxy intercept it: create a CA with `effect-broker ca init`, start "
+    "with --ca-cert/--ca-key and have the client trust that CA"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,8 +88,10 @@ class FrontProtocol(asyncio.Protocol):
         *,
         gate: ConnectionGate | None = None,
         header_timeout: float | None = None,
+        intercept: Interception | None = None,
     ) -> None:
         self._http_factory = http_factory
+        self._intercept = intercept  # set when a CA lets guarded hosts be intercepted
         self._policy = policy
         self._gate = gate  # set while this protocol owns a counted connection
         self._header_timeout = header_timeout
@@ -177,13 +184,33 @@ class FrontProtocol(asyncio.Protocol):
             self._answer_and_close(MalformedRequest("CONNECT needs host:port"))
             return
         authority = f"{target[0]}:{target[1]}"
+        if self._intercept is not None and self._policy.is_guarded(authority):
+            self._start_interception(self._intercept, target, head, rest)
+            return
         refusal = self._policy.refusal(authority)
         if refusal is not None:
+            if self._intercept is None and self._policy.is_guarded(authority):
+                refusal += INTERCEPT_HINT
             self._answer_and_close(RouteRefused(refusal))
             return
         assert self._transport is not None
         self._transport.pause_reading()
         self._pump = asyncio.ensure_future(self._tunnel(target, rest))
+
+    def _start_interception(
+        self,
+        intercept: Interception,
+        target: tuple[str, int],
+        head: bytes,
+        rest: bytes,
+    ) -> None:
+        """Hand the connection (and its place in the gate) to the interception."""
+        assert self._transport is not None
+        self._transport.pause_reading()
+        gate, self._gate = self._gate, None
+        self._pump = asyncio.ensure_future(
+            intercept.run(self._transport, *target, head, rest, gate)
+        )
 
     async def _tunnel(self, target: tuple[str, int], rest: bytes) -> None:
         assert self._transport is not None

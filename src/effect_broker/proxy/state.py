@@ -12,6 +12,7 @@ from effect_broker.crypto import Keyring
 from effect_broker.engine.engine import Engine
 from effect_broker.metrics import Metrics
 from effect_broker.proxy.receipt_cache import ReceiptCache
+from effect_broker.proxy.tls_ca import CertificateAuthority
 from effect_broker.store import Store
 from effect_broker.tenancy import TenantResolver
 
@@ -28,6 +29,7 @@ class ProxyState:
     max_request_bytes: int
     metrics: Metrics
     receipts: ReceiptCache
+    ca: CertificateAuthority | None = None  # set: CONNECT to guarded hosts intercepted
 
 
 PROXY_STATE = web.AppKey("proxy_state", ProxyState)
