@@ -167,6 +167,31 @@ def test_proxy_section_and_per_route_operation_key_header() -> None:
     assert config.routes[1].operation_key_header == "X-Other"
 
 
+def test_contract_operation_key_header_beats_the_proxy_and_yields_to_a_route() -> None:
+    config = parse("""\
+        version: 1
+        proxy: {operation_key_header: X-Op}
+        contracts:
+          - name: stripe.charge
+            version: "1"
+            safety: idempotent
+            idempotency_header: Idempotency-Key
+            key_retention: 24h
+            operation_key_header: Idempotency-Key
+        routes:
+          - name: a
+            match: {method: POST, host: api.stripe.com, path: /v1/charges}
+            contract: stripe.charge
+          - name: b
+            match: {method: POST, host: api.stripe.com, path: /v1/refunds}
+            contract: stripe.charge
+            operation_key_header: X-Mine
+        """)
+    assert config.routes[0].operation_key_header == "Idempotency-Key"
+    assert config.routes[0].contract.downstream_header == "Idempotency-Key"
+    assert config.routes[1].operation_key_header == "X-Mine"
+
+
 # --- file-level refusals ---
 
 
