@@ -9,6 +9,7 @@ client is shown; the real clients are in ``test_https_clients``.
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import ssl
 from collections.abc import AsyncIterator
@@ -20,6 +21,7 @@ import pytest
 
 from effect_broker.canonical import downstream_key
 from effect_broker.proxy.tls_ca import CA_COMMON_NAME
+from effect_broker.tenancy import new_api_key
 from tests.integration.harness import (
     PROBLEMS,
     Broker,
@@ -307,3 +309,61 @@ async def test_client_closing_mid_handshake_leaves_the_proxy_serving(
         writer.close()
         await writer.wait_closed()
         assert split(await post_in_tunnel(s, "after-close"))[0] == 200
+
+
+async def test_gateway_tunnel_belongs_to_the_tenant_named_on_the_connect(
+    database_url: str, tmp_path: Path
+) -> None:
+    async with setup(database_url, tmp_path, gateway=True) as s:
+        store = s.broker.state.store
+        keys = {}
+        for tenant in ("acme", "globex"):
+            key = new_api_key()
+            await store.add_api_key(tenant, key.key_id, key.secret_hash)
+            keys[tenant] = key.api_key
+
+        def auth(tenant: str, secret: str) -> str:
+            token = base64.b64encode(f"{tenant}:{secret}".encode()).decode()
+            return f"Proxy-Authorization: Basic {token}\r\n"
+
+        for headers in (
+            "",
+            auth("acme", keys["acme"] + "x"),
+            auth("globex", keys["acme"]),
+        ):
+            _, writer, head = await connect_raw(s.proxy, "api.test:443", headers=headers)
+            writer.close()
+            assert head.startswith(b"HTTP/1.1 407"), head
+            assert b"Proxy-Authenticate: Basic" in head
+
+        answers = {}
+        for tenant in ("acme", "globex", "acme"):
+            tunnel = await open_tunnel(
+                s.proxy,
+                "api.test:443",
+                s.world.client_context(),
+                server_hostname="api.test",
+                headers=auth(tenant, keys[tenant]),
+            )
+            try:
+                raw = await tunnel.exchange(charge_request("order-7:charge"))
+            finally:
+                await tunnel.close()
+            status, headers_, body = split(raw)
+            assert status == 200, raw
+            answers.setdefault(tenant, []).append((headers_["effect-id"], body))
+        # One effect per tenant for the same key; the second acme call is its replay.
+        assert answers["acme"][0] == answers["acme"][1]
+        assert answers["acme"][0][0] != answers["globex"][0][0]
+        keyring = s.broker.state.keyring
+        assert sorted(p.headers["idempotency-key"] for p in s.target.posts()) == sorted(
+            downstream_key(keyring.tenant_hmac_key(t), t, "order-7:charge")
+            for t in ("acme", "globex")
+        )
+
+        # A gateway still never tunnels blind, credentials or not.
+        _, writer, head = await connect_raw(
+            s.proxy, f"127.0.0.1:{s.port}", headers=auth("acme", keys["acme"])
+        )
+        writer.close()
+        assert head.startswith(b"HTTP/1.1 403"), head
