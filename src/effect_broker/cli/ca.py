@@ -14,7 +14,6 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
-from rich.table import Table
 
 from effect_broker.config.settings import Settings
 from effect_broker.proxy.tls_ca import (
@@ -100,16 +99,18 @@ def show(directory: Dir = None) -> None:
         errors.print(f"[red]error:[/] {exc}")
         raise typer.Exit(1) from exc
     certificate = ca.certificate
-    table = Table(show_header=False, box=None)
-    table.add_column(style="bold")
-    table.add_column(overflow="fold")
-    table.add_row("certificate", str(cert))
-    table.add_row("key", str(key))
-    table.add_row("subject", certificate.subject.rfc4514_string())
-    table.add_row("fingerprint (SHA-256)", fingerprint(certificate))
-    table.add_row("valid from", certificate.not_valid_before_utc.isoformat())
-    table.add_row("valid until", certificate.not_valid_after_utc.isoformat())
-    console.print(table)
+    rows = [
+        ("certificate", str(cert)),
+        ("key", str(key)),
+        ("subject", certificate.subject.rfc4514_string()),
+        ("fingerprint (SHA-256)", fingerprint(certificate)),
+        ("valid from", certificate.not_valid_before_utc.isoformat()),
+        ("valid until", certificate.not_valid_after_utc.isoformat()),
+    ]
+    # Aligned lines rather than a box table: a fingerprint must never be wrapped.
+    width = max(len(label) for label, _ in rows)
+    for label, value in rows:
+        console.print(f"[bold]{label.ljust(width)}[/]  {value}")
 
 
 @ca_app.command("bundle")
