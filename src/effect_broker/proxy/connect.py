@@ -3,7 +3,8 @@
 A CONNECT tunnel carries opaque (usually TLS) bytes: the ledger cannot see a method, a
 path or a body inside it. So a host that any route watches is always refused, with an
 explanation; for every other host ``proxy.connect`` decides: ``tunnel`` pipes bytes both
-ways, ``refuse`` answers 403. aiohttp's server cannot hand a connection over to a raw
+ways, ``refuse`` answers 403. With a local CA configured, a CONNECT to a watched host is
+handed to ``intercept`` instead, which reads the requests inside. aiohttp's server cannot hand a connection over to a raw
 pipe, so each new connection first meets ``FrontProtocol``: it looks at the first bytes,
 and anything that is not CONNECT is handed to aiohttp's own protocol unchanged.
 
