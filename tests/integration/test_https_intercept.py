@@ -367,3 +367,17 @@ async def test_gateway_tunnel_belongs_to_the_tenant_named_on_the_connect(
         )
         writer.close()
         assert head.startswith(b"HTTP/1.1 403"), head
+
+
+async def test_bytes_before_the_200_are_refused_not_guessed_at(
+    database_url: str, tmp_path: Path
+) -> None:
+    async with setup(database_url, tmp_path) as s:
+        reader, writer = await asyncio.open_connection(*s.proxy)
+        writer.write(
+            b"CONNECT api.test:443 HTTP/1.1\r\nHost: api.test:443\r\n\r\n\x16\x03"
+        )
+        answer = await asyncio.wait_for(reader.read(), 5)
+        writer.close()
+        assert answer.startswith(b"HTTP/1.1 400"), answer
+        assert b"wait for" in answer
