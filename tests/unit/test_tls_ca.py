@@ -14,6 +14,7 @@ from typer.testing import CliRunner
 from effect_broker.cli import _register, app
 from effect_broker.cli.up import _with_ca
 from effect_broker.config.settings import Settings
+from effect_broker.proxy import intercept
 from effect_broker.proxy.intercept import LeafContexts, proxy_authorization
 from effect_broker.proxy.tls_ca import (
     LEAF_VALIDITY,
@@ -98,6 +99,16 @@ def test_leaf_contexts_are_cached_per_host() -> None:
     first = leaves.for_host("api.test")
     assert leaves.for_host("api.test") is first
     assert leaves.for_host("other.test") is not first
+
+
+def test_leaf_cache_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(intercept, "MAX_CACHED_LEAVES", 2)
+    leaves = LeafContexts(CertificateAuthority.create())
+    first = leaves.for_host("a.test")
+    leaves.for_host("b.test")
+    leaves.for_host("c.test")
+    assert leaves.for_host("c.test") is leaves.for_host("c.test")
+    assert leaves.for_host("a.test") is not first  # evicted, minted again
 
 
 def test_proxy_authorization_is_read_from_the_connect_head() -> None:

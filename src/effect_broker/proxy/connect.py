@@ -4,9 +4,10 @@ A CONNECT tunnel carries opaque (usually TLS) bytes: the ledger cannot see a met
 path or a body inside it. So a host that any route watches is always refused, with an
 explanation; for every other host ``proxy.connect`` decides: ``tunnel`` pipes bytes both
 ways, ``refuse`` answers 403. With a local CA configured, a CONNECT to a watched host is
-handed to ``intercept`` instead, which reads the requests inside. aiohttp's server cannot hand a connection over to a raw
-pipe, so each new connection first meets ``FrontProtocol``: it looks at the first bytes,
-and anything that is not CONNECT is handed to aiohttp's own protocol unchanged.
+handed to ``intercept`` instead, which reads the requests inside. aiohttp's server cannot
+hand a connection over to a raw pipe, so each new connection first meets
+``FrontProtocol``: it looks at the first bytes, and anything that is not CONNECT is
+handed to aiohttp's own protocol unchanged.
 
 The front is also where a connection is first seen, so it enforces the connection cap
 (a 503 on the raw transport beyond it) and the wait for a first byte: a client that

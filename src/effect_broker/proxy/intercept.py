@@ -54,6 +54,7 @@ quiet = RateLimitedLog(log)
 BASIC_REALM = 'Basic realm="effect-broker"'
 ESTABLISHED = b"HTTP/1.1 200 Connection Established\r\n\r\n"
 RENEW_BEFORE = datetime.timedelta(days=1)  # re-mint a cached leaf this close to expiry
+MAX_CACHED_LEAVES = 1024  # SNI names are the client's choice: the cache is bounded
 
 
 class LeafContexts:
@@ -95,6 +96,9 @@ class LeafContexts:
             )
             context.load_cert_chain(chain, key)
         context.sni_callback = self._select
+        self._contexts.pop(label, None)
+        while len(self._contexts) >= MAX_CACHED_LEAVES:
+            del self._contexts[next(iter(self._contexts))]  # the oldest minted
         self._contexts[label] = (context, certificate.not_valid_after_utc)
         return context
 
@@ -243,11 +247,15 @@ class Interception:
                 ssl_handshake_timeout=self.handshake_timeout,
             )
         except (OSError, TimeoutError, ConnectionError, ssl.SSLError) as exc:
+            # A client that pins the origin's certificate ends up here, every time.
             quiet.warning(
                 "handshake",
-                "TLS handshake for an intercepted tunnel to %s failed: %s",
+                "TLS handshake for an intercepted tunnel to %s failed: %s (%s); a "
+                "client that does not trust the proxy's CA, or pins certificates, "
+                "cannot be intercepted",
                 host,
                 type(exc).__name__,
+                getattr(exc, "reason", None) or "no reason given",
             )
             return False
         if secure is None or holding.lost:
