@@ -12,6 +12,7 @@ from cryptography import x509
 from typer.testing import CliRunner
 
 from effect_broker.cli import _register, app
+from effect_broker.cli.doctor import tls_findings
 from effect_broker.cli.up import _with_ca
 from effect_broker.config.settings import Settings
 from effect_broker.proxy import intercept
@@ -152,3 +153,18 @@ def test_up_makes_the_ca_once_and_says_how_to_trust_it(tmp_path: Path) -> None:
     }
     _with_ca(Settings(), tmp_path)
     assert (tmp_path / "ca.pem").read_bytes() == first
+
+
+def test_doctor_reports_the_ca_and_the_upstream_trust_store(tmp_path: Path) -> None:
+    CertificateAuthority.create().save(tmp_path / "ca.pem", tmp_path / "ca.key")
+    good = Settings(ca_cert=tmp_path / "ca.pem", ca_key=tmp_path / "ca.key")
+    findings = {f.check: f for f in tls_findings(good)}
+    assert findings["CA"].ok and "valid until" in findings["CA"].detail
+    assert findings["upstream TLS"].detail == "system trust store"
+    half = Settings(ca_cert=tmp_path / "ca.pem")
+    assert not tls_findings(half)[0].ok
+    (tmp_path / "bad.pem").write_text("not a certificate")
+    broken = Settings(upstream_ca_file=tmp_path / "bad.pem")
+    findings = {f.check: f for f in tls_findings(broken)}
+    assert findings["CA"].ok and "refused" in findings["CA"].detail
+    assert not findings["upstream TLS"].ok
