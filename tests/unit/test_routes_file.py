@@ -102,6 +102,14 @@ def test_the_stripe_example_loads_without_its_secret(
     assert stripe.upstream == "https://api.stripe.com"
 
 
+def test_the_stripe_sdk_example_takes_the_sdks_idempotency_key() -> None:
+    config = load_routes(ROOT_ROUTES.parent / "examples" / "stripe-sdk-routes.yaml")
+    [stripe] = config.routes
+    assert stripe.match.host == "api.stripe.com"
+    assert stripe.operation_key_header == "Idempotency-Key"
+    assert config.table.is_guarded_host("api.stripe.com:443")
+
+
 def test_a_valid_file_builds_resolved_frozen_values() -> None:
     config = parse(
         with_routes("""\
