@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime
 import ipaddress
+import re
 import stat
 from pathlib import Path
 
@@ -129,7 +130,8 @@ def test_ca_commands_init_show_and_bundle(tmp_path: Path) -> None:
     assert again.exit_code == 1
     shown = runner.invoke(app, ["ca", "show", "--dir", str(tmp_path)])
     assert shown.exit_code == 0, shown.output
-    assert fingerprint(ca.certificate) in shown.output.replace("\n", "")
+    plain = "".join(re.sub(r"\x1b\[[0-9;]*m", "", shown.output).split())
+    assert fingerprint(ca.certificate) in plain, shown.output
     assert "effect-broker local CA" in shown.output
     bundle = tmp_path / "bundle.pem"
     made = runner.invoke(app, ["ca", "bundle", str(bundle), "--dir", str(tmp_path)])
