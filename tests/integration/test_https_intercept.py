@@ -381,3 +381,30 @@ async def test_bytes_before_the_200_are_refused_not_guessed_at(
         writer.close()
         assert answer.startswith(b"HTTP/1.1 400"), answer
         assert b"wait for" in answer
+
+
+async def test_one_tunnel_carries_many_requests(
+    database_url: str, tmp_path: Path
+) -> None:
+    async with setup(database_url, tmp_path) as s:
+        tunnel = await open_tunnel(
+            s.proxy, "api.test:443", s.world.client_context(), server_hostname="api.test"
+        )
+        answers = []
+        try:
+            for key in ("k-1", "k-1", "k-2"):
+                raw = charge_request(key).replace(b"Connection: close\r\n", b"")
+                tunnel.writer.write(raw)
+                head = await tunnel.reader.readuntil(b"\r\n\r\n")
+                status, headers, _ = split(head)
+                body = await tunnel.reader.readexactly(int(headers["content-length"]))
+                answers.append((status, headers.get("idempotent-replayed"), body))
+        finally:
+            await tunnel.close()
+        assert [(status, replayed) for status, replayed, _ in answers] == [
+            (200, None),
+            (200, "true"),
+            (200, None),
+        ]
+        assert answers[0][2] == answers[1][2] != answers[2][2]
+        assert len(s.target.posts()) == len(s.target.charges) == 2
