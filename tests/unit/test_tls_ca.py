@@ -13,6 +13,7 @@ from cryptography import x509
 from typer.testing import CliRunner
 
 from effect_broker.cli import _register, app
+from effect_broker.cli import ca as cli_ca
 from effect_broker.cli.doctor import tls_findings
 from effect_broker.cli.up import _with_ca
 from effect_broker.config.settings import Settings
@@ -170,3 +171,15 @@ def test_doctor_reports_the_ca_and_the_upstream_trust_store(tmp_path: Path) -> N
     findings = {f.check: f for f in tls_findings(broken)}
     assert findings["CA"].ok and "refused" in findings["CA"].detail
     assert not findings["upstream TLS"].ok
+
+
+def test_ca_show_prints_a_fingerprint_verbatim(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Rich turns ``:ab:`` into an emoji unless told not to; hex is full of them."""
+    _register()
+    CertificateAuthority.create().save(tmp_path / "ca.pem", tmp_path / "ca.key")
+    printed = "00:AB:CD:EF:" + ":".join(["AB"] * 28)
+    monkeypatch.setattr(cli_ca, "fingerprint", lambda _: printed)
+    shown = runner.invoke(app, ["ca", "show", "--dir", str(tmp_path)])
+    assert printed in shown.output, shown.output

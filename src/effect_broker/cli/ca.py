@@ -24,7 +24,8 @@ from effect_broker.proxy.tls_ca import (
 )
 
 ca_app = typer.Typer(help="The local CA for HTTPS interception.", no_args_is_help=True)
-console = Console(highlight=False, soft_wrap=True)
+# emoji=False: a fingerprint such as ...:AB:... must not become an emoji.
+console = Console(highlight=False, soft_wrap=True, emoji=False)
 errors = Console(stderr=True, highlight=False, soft_wrap=True)
 
 CA_CERT = "ca.pem"

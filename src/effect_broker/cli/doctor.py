@@ -27,7 +27,7 @@ from effect_broker.proxy.tls_ca import fingerprint
 from effect_broker.runtime import load_ca, upstream_tls_from
 from effect_broker.store import Store
 
-console = Console(soft_wrap=True, highlight=False)
+console = Console(soft_wrap=True, highlight=False, emoji=False)  # no :AB: emoji
 
 MAX_SKEW_SECONDS = 1.0
 CONNECT_TIMEOUT = 3.0
