@@ -143,6 +143,20 @@ class UpstreamUnreachable(EffectBrokerError):
     retry_helps = True
 
 
+class UpstreamTLS(EffectBrokerError):
+    """The target's TLS certificate did not verify; nothing was sent."""
+
+    problem_type = "upstream-tls"
+    status = 502
+
+
+class TLSSetupError(EffectBrokerError):
+    """The proxy's CA or upstream trust bundle cannot be used."""
+
+    problem_type = "invalid-tls-config"
+    status = 500
+
+
 class UpstreamBusy(EffectBrokerError):
     """Every connection this proxy allows to the target is busy; nothing was sent."""
 

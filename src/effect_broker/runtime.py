@@ -8,6 +8,7 @@ that is not set. Each is a clear error before the first request, never a surpris
 from __future__ import annotations
 
 import os
+import ssl
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 
@@ -20,13 +21,14 @@ from effect_broker.engine.engine import Engine
 from effect_broker.engine.owners import worker_name
 from effect_broker.engine.rekey import with_idempotency_root
 from effect_broker.engine.slots import UpstreamSlots
-from effect_broker.engine.upstream import client_session
+from effect_broker.engine.upstream import client_session, upstream_tls
 from effect_broker.engine.wiring import Wiring
-from effect_broker.errors import MigrationError
+from effect_broker.errors import MigrationError, TLSSetupError
 from effect_broker.metrics import Metrics
 from effect_broker.proxy.egress import EgressGuard
 from effect_broker.proxy.receipt_cache import ReceiptCache
 from effect_broker.proxy.state import ProxyState
+from effect_broker.proxy.tls_ca import CertificateAuthority, CertificateAuthorityError
 from effect_broker.store import Store
 from effect_broker.tenancy import TenantResolver
 from effect_broker.tracing import configure as configure_tracing
@@ -44,6 +46,8 @@ async def open_runtime(
     keyring = Keyring(settings.master_key_list())
     injected = resolve_inject_headers(config, os.environ if environ is None else environ)
     configure_tracing()
+    ca = load_ca(settings)
+    tls = upstream_tls_from(settings)
     if not settings.database_url:
         raise MigrationError(
             "no database: set EFFECT_BROKER_DATABASE_URL or --database-url "
@@ -72,8 +76,8 @@ async def open_runtime(
         # their slots, so their client has no pool limit of its own.
         egress = EgressGuard(egress_policy(settings, config))
         async with (
-            client_session(limit=0) as effect_session,
-            egress.session(limit=settings.passthrough_connections) as session,
+            client_session(limit=0, tls=tls) as effect_session,
+            egress.session(limit=settings.passthrough_connections, tls=tls) as session,
         ):
             wiring = Wiring(
                 config=config,
@@ -105,6 +109,7 @@ async def open_runtime(
                 max_request_bytes=settings.max_request_bytes,
                 metrics=metrics,
                 receipts=ReceiptCache(settings.receipt_cache_bytes),
+                ca=ca,
             )
     finally:
         await store.close()
@@ -123,3 +128,28 @@ def egress_policy(settings: Settings, config: RoutesConfig) -> EgressPolicy:
             gateway=settings.gateway,
         ),
     )
+
+
+def load_ca(settings: Settings) -> CertificateAuthority | None:
+    """The CA that intercepts CONNECT to guarded hosts: both files, or neither."""
+    if settings.ca_cert is None and settings.ca_key is None:
+        return None
+    if settings.ca_cert is None or settings.ca_key is None:
+        raise TLSSetupError(
+            "set both --ca-cert and --ca-key (EFFECT_BROKER_CA_CERT, "
+            "EFFECT_BROKER_CA_KEY), or neither"
+        )
+    try:
+        return CertificateAuthority.load(settings.ca_cert, settings.ca_key)
+    except CertificateAuthorityError as exc:
+        raise TLSSetupError(str(exc)) from exc
+
+
+def upstream_tls_from(settings: Settings) -> ssl.SSLContext:
+    try:
+        return upstream_tls(settings.upstream_ca_file)
+    except (OSError, ssl.SSLError) as exc:
+        raise TLSSetupError(
+            f"cannot load EFFECT_BROKER_UPSTREAM_CA_FILE {settings.upstream_ca_file}: "
+            f"{exc}"
+        ) from exc

@@ -21,8 +21,10 @@ from effect_broker.proxy.edge import (
     handler_factory,
     quiet_accept_errors,
 )
+from effect_broker.proxy.intercept import Interception, LeafContexts
 from effect_broker.proxy.state import ProxyState
 from effect_broker.reconciler import Reconciler
+from effect_broker.tenancy import TenantResolver
 
 
 def split_address(address: str) -> tuple[str, int]:
@@ -39,11 +41,15 @@ async def start_site(
     *,
     connect: ConnectPolicy | None = None,
     edge: EdgeLimits | None = None,
+    leaves: LeafContexts | None = None,
+    gateway: TenantResolver | None = None,
 ) -> tuple[str, int]:
     """Start ``app`` on ``address``; returns the bound address (port 0 picks one).
 
     With ``connect`` each connection first meets the CONNECT front (proxy port only),
-    which also caps open connections and bounds the wait for a first byte.
+    which also caps open connections and bounds the wait for a first byte. With
+    ``leaves`` (a CA) it intercepts CONNECT to guarded hosts and serves the requests
+    inside with ``app``; ``gateway`` then authenticates each CONNECT.
     """
     edge = edge or EdgeLimits()
     runner = web.AppRunner(app, access_log=None, handle_signals=False)
@@ -57,12 +63,22 @@ async def start_site(
         factory = handler_factory(http, keepalive_timeout=edge.keepalive_timeout)
     else:
         gate = ConnectionGate(edge.max_connections)
+        intercept = None
+        if leaves is not None:
+            intercept = Interception(
+                leaves,
+                http,
+                keepalive_timeout=edge.keepalive_timeout,
+                handshake_timeout=edge.header_timeout,
+                gateway=gateway,
+            )
         factory = partial(
             FrontProtocol,
             handler_factory(http, keepalive_timeout=edge.keepalive_timeout, gate=gate),
             connect,
             gate=gate,
             header_timeout=edge.header_timeout,
+            intercept=intercept,
         )
         quiet_accept_errors(loop)
     host, port = split_address(address)
@@ -87,6 +103,11 @@ def admin_state(state: ProxyState) -> AdminState:
         tenant=state.tenant,
         gateway=state.gateway,
     )
+
+
+def leaf_contexts(state: ProxyState) -> LeafContexts | None:
+    """Leaf certificates for intercepted tunnels, when the process has a CA."""
+    return LeafContexts(state.ca) if state.ca is not None else None
 
 
 def connect_policy(state: ProxyState) -> ConnectPolicy:
@@ -132,6 +153,8 @@ async def serve_until_stopped(
             listen,
             connect=connect_policy(state),
             edge=edge,
+            leaves=leaf_contexts(state),
+            gateway=state.gateway,
         )
         if reconcile:
             await stack.enter_async_context(reconciling(state))

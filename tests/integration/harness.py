@@ -31,7 +31,7 @@ from effect_broker.proxy.connect import ConnectPolicy
 from effect_broker.proxy.edge import EdgeLimits
 from effect_broker.proxy.state import ProxyState
 from effect_broker.runtime import open_runtime
-from effect_broker.server import admin_state, connect_policy, start_site
+from effect_broker.server import admin_state, connect_policy, leaf_contexts, start_site
 from tests.support import load_example
 
 payment_target = load_example("payment_target")
@@ -112,8 +112,17 @@ async def _serve(
     app: web.Application,
     connect: ConnectPolicy | None = None,
     edge: EdgeLimits | None = None,
+    state: ProxyState | None = None,
 ) -> str:
-    host, port = await start_site(stack, app, "127.0.0.1:0", connect=connect, edge=edge)
+    host, port = await start_site(
+        stack,
+        app,
+        "127.0.0.1:0",
+        connect=connect,
+        edge=edge,
+        leaves=leaf_contexts(state) if state is not None else None,
+        gateway=state.gateway if state is not None else None,
+    )
     return f"http://{host}:{port}"
 
 
@@ -242,7 +251,7 @@ async def running_broker(
         state = await stack.enter_async_context(open_runtime(options, config))
         edge = EdgeLimits.from_settings(options)
         proxy_url = await _serve(
-            stack, build_proxy_app(state, edge=edge), connect_policy(state), edge
+            stack, build_proxy_app(state, edge=edge), connect_policy(state), edge, state
         )
         admin_url = await _serve(
             stack, build_admin_app(admin_state(state), admin_token=options.admin_token)

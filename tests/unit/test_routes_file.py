@@ -102,6 +102,14 @@ def test_the_stripe_example_loads_without_its_secret(
     assert stripe.upstream == "https://api.stripe.com"
 
 
+def test_the_stripe_sdk_example_takes_the_sdks_idempotency_key() -> None:
+    config = load_routes(ROOT_ROUTES.parent / "examples" / "stripe-sdk-routes.yaml")
+    [stripe] = config.routes
+    assert stripe.match.host == "api.stripe.com"
+    assert stripe.operation_key_header == "Idempotency-Key"
+    assert config.table.is_guarded_host("api.stripe.com:443")
+
+
 def test_a_valid_file_builds_resolved_frozen_values() -> None:
     config = parse(
         with_routes("""\
@@ -165,6 +173,31 @@ def test_proxy_section_and_per_route_operation_key_header() -> None:
     assert config.routes[0].operation_key_header == "X-Op"
     assert config.routes[0].upstream == "https://a.example/base"
     assert config.routes[1].operation_key_header == "X-Other"
+
+
+def test_contract_operation_key_header_beats_the_proxy_and_yields_to_a_route() -> None:
+    config = parse("""\
+        version: 1
+        proxy: {operation_key_header: X-Op}
+        contracts:
+          - name: stripe.charge
+            version: "1"
+            safety: idempotent
+            idempotency_header: Idempotency-Key
+            key_retention: 24h
+            operation_key_header: Idempotency-Key
+        routes:
+          - name: a
+            match: {method: POST, host: api.stripe.com, path: /v1/charges}
+            contract: stripe.charge
+          - name: b
+            match: {method: POST, host: api.stripe.com, path: /v1/refunds}
+            contract: stripe.charge
+            operation_key_header: X-Mine
+        """)
+    assert config.routes[0].operation_key_header == "Idempotency-Key"
+    assert config.routes[0].contract.downstream_header == "Idempotency-Key"
+    assert config.routes[1].operation_key_header == "X-Mine"
 
 
 # --- file-level refusals ---

@@ -26,6 +26,7 @@ def _register() -> None:
     _registered = True
     from effect_broker.cli import (
         bench,
+        ca,
         demo,
         doctor,
         effects,
@@ -43,6 +44,7 @@ def _register() -> None:
     app.add_typer(effects.effects_app, name="effects")
     app.add_typer(demo.demo_app, name="demo")
     app.add_typer(keys.keys_app, name="keys")
+    app.add_typer(ca.ca_app, name="ca")
     app.command(name="migrate")(migrate.migrate)
     app.command(name="serve")(serve.serve)
     app.command(name="up")(up.up)

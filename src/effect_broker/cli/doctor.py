@@ -10,7 +10,7 @@ import asyncio
 import os
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Annotated
 from urllib.parse import urlsplit
@@ -31,12 +31,15 @@ from effect_broker.config.routes_file import load_routes, resolve_inject_headers
 from effect_broker.config.settings import Settings
 from effect_broker.crypto import Keyring
 from effect_broker.errors import EffectBrokerError
+from effect_broker.proxy.tls_ca import fingerprint
+from effect_broker.runtime import load_ca, upstream_tls_from
 from effect_broker.store import Store
 
-console = Console(soft_wrap=True, highlight=False)
+console = Console(soft_wrap=True, highlight=False, emoji=False)  # no :AB: emoji
 
 MAX_SKEW_SECONDS = 1.0
 CONNECT_TIMEOUT = 3.0
+CA_WARN_BEFORE = timedelta(days=30)
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,8 +140,44 @@ async def diagnose(settings: Settings) -> list[Finding]:
         findings.append(Finding("ledger key", ledger.ok, ledger.detail))
         assert database_url is not None
         findings.append(await _payloads(database_url, keyring))
+    findings += tls_findings(settings)
     if config is not None:
         findings += await _upstreams(config)
+    return findings
+
+
+def tls_findings(settings: Settings) -> list[Finding]:
+    """The interception CA (usable, and for how long) and the upstream trust store."""
+    findings: list[Finding] = []
+    try:
+        ca = load_ca(settings)
+    except EffectBrokerError as exc:
+        findings.append(Finding("CA", False, exc.message))
+    else:
+        if ca is None:
+            findings.append(
+                Finding("CA", True, "none: CONNECT to watched hosts is refused")
+            )
+        else:
+            until = ca.certificate.not_valid_after_utc
+            left = until - datetime.now(UTC)
+            findings.append(
+                Finding(
+                    "CA",
+                    left > timedelta(0),
+                    f"{fingerprint(ca.certificate)[:23]}... valid until "
+                    f"{until:%Y-%m-%d}"
+                    + ("" if left > CA_WARN_BEFORE else "; rotate: ca init --force"),
+                    warning=timedelta(0) < left <= CA_WARN_BEFORE,
+                )
+            )
+    try:
+        upstream_tls_from(settings)
+        extra = settings.upstream_ca_file
+        detail = "system trust store" + (f" plus {extra}" if extra else "")
+        findings.append(Finding("upstream TLS", True, detail))
+    except EffectBrokerError as exc:
+        findings.append(Finding("upstream TLS", False, exc.message))
     return findings
 
 
@@ -247,7 +286,7 @@ def doctor(
         ),
     ] = None,
 ) -> None:
-    """Check routes, secrets, master key, database, migrations, clock and upstreams."""
+    """Check routes, secrets, master key, database, migrations, clock, CA, upstreams."""
     settings = settings_from(routes=routes, database_url=database_url, data_dir=data_dir)
     findings = asyncio.run(diagnose(settings))
     table = Table("check", "result", "detail", title="effect-broker doctor")

@@ -63,3 +63,17 @@ def require_database(database_url: str | None, console: Console) -> str:
 def settings_from(**flags: Any) -> Settings:
     """Settings from the environment, with every flag the user gave on top."""
     return Settings(**{name: value for name, value in flags.items() if value is not None})
+
+
+CaCert = Annotated[
+    Path | None,
+    typer.Option(
+        "--ca-cert",
+        help="local CA certificate: intercept CONNECT to hosts routes watch "
+        "\\[env: EFFECT_BROKER_CA_CERT]",
+    ),
+]
+CaKey = Annotated[
+    Path | None,
+    typer.Option("--ca-key", help="the local CA's key \\[env: EFFECT_BROKER_CA_KEY]"),
+]

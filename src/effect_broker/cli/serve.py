@@ -12,6 +12,8 @@ from rich.console import Console
 
 from effect_broker.cli.options import (
     AdminListen,
+    CaCert,
+    CaKey,
     DatabaseUrl,
     Gateway,
     Listen,
@@ -109,6 +111,12 @@ async def run_proxy(
                 f"{settings.routes}",
                 highlight=False,
             )
+            if state.ca is not None:
+                console.print(
+                    f"CONNECT to hosts routes watch is intercepted with the CA "
+                    f"{settings.ca_cert}",
+                    highlight=False,
+                )
             if banner:
                 console.print(
                     banner.format(proxy=proxy_url, admin=admin_url), highlight=False
@@ -138,6 +146,8 @@ def serve(
     admin_listen: AdminListen = None,
     tenant: Tenant = None,
     gateway: Gateway = None,
+    ca_cert: CaCert = None,
+    ca_key: CaKey = None,
 ) -> None:
     """Serve the proxy (default 127.0.0.1:8080) and admin API (127.0.0.1:8081)."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
@@ -149,6 +159,8 @@ def serve(
         admin_listen=admin_listen,
         tenant=tenant,
         gateway=gateway,
+        ca_cert=ca_cert,
+        ca_key=ca_key,
     )
     try:
         asyncio.run(run_proxy(settings))

@@ -23,6 +23,7 @@ import typer
 from pydantic import SecretStr
 from rich.console import Console
 
+from effect_broker.cli.ca import ensure_ca, trust_lines
 from effect_broker.cli.options import (
     AdminListen,
     DatabaseUrl,
@@ -33,9 +34,11 @@ from effect_broker.cli.options import (
     settings_from,
 )
 from effect_broker.cli.serve import announce_failpoints, run_proxy
+from effect_broker.config.settings import Settings
 from effect_broker.crypto import MasterKey
 from effect_broker.embedded import embedded_postgres
 from effect_broker.errors import EffectBrokerError
+from effect_broker.proxy.tls_ca import CertificateAuthorityError, trust_bundle
 
 console = Console(stderr=True, highlight=False, soft_wrap=True)
 
@@ -140,6 +143,9 @@ def up(
                         f"  {name} {'created in' if created else 'read from'} {directory}"
                     )
                     settings = settings.model_copy(update={field: SecretStr(value)})
+            trust: list[str] = []
+            if settings.ca_cert is None and settings.ca_key is None:
+                settings, trust = _with_ca(settings, directory)
             if settings.database_url is None:
                 with step("starting embedded PostgreSQL"):
                     dsn = stack.enter_context(embedded_postgres(directory / "postgres"))
@@ -149,7 +155,7 @@ def up(
             if demo and script.exists():
                 with step(f"starting the demo payment target on port {DEMO_PORT}"):
                     target = stack.enter_context(demo_target(script, directory))
-            banner = _banner(target, directory / "admin.token")
+            banner = _banner(target, directory / "admin.token", trust)
             asyncio.run(run_proxy(settings, migrate=True, banner=banner))
         except EffectBrokerError as exc:
             console.print(f"[red]error:[/] {exc.message}")
@@ -157,11 +163,24 @@ def up(
     console.print("effect-broker stopped")
 
 
-def _banner(target: str | None, token_file: Path) -> str:
+def _with_ca(settings: Settings, directory: Path) -> tuple[Settings, list[str]]:
+    """The data directory's CA (made on first start), and how clients trust it."""
+    try:
+        cert, key, created = ensure_ca(directory)
+        bundle = directory / "ca-bundle.pem"
+        bundle.write_bytes(trust_bundle(cert.read_bytes()))
+    except CertificateAuthorityError as exc:
+        raise EffectBrokerError(str(exc)) from exc
+    console.print(f"  ca.pem {'created in' if created else 'read from'} {directory}")
+    settings = settings.model_copy(update={"ca_cert": cert, "ca_key": key})
+    return settings, trust_lines(cert, bundle)
+
+
+def _banner(target: str | None, token_file: Path, trust: list[str]) -> str:
     lines = [
         "",
         "effect-broker is up. Send your agent's HTTP through it:",
-        "  export HTTP_PROXY={proxy}",
+        "  export HTTP_PROXY={proxy} HTTPS_PROXY={proxy}",
         "Admin API: {admin}  (/healthz, /readyz, /metrics, /v1/effects)",
         "Operators: export EFFECT_BROKER_ADMIN_URL={admin}"
         + (
@@ -171,6 +190,12 @@ def _banner(target: str | None, token_file: Path) -> str:
         ),
         "  effect-broker effects list",
     ]
+    if trust:
+        lines += [
+            "HTTPS to hosts routes watch is intercepted; trust the local CA in the "
+            "agent's container only:",
+            *(f"  {line}" for line in trust),
+        ]
     if target is not None:
         lines += [
             f"Demo payment target: {target}  (its charges: curl {target}/charges)",

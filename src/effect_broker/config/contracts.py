@@ -74,6 +74,7 @@ class Contract:
     timeout: timedelta = DEFAULT_TIMEOUT
     retry_limit: int = DEFAULT_RETRY_LIMIT
     probe: Probe | None = None
+    operation_key_header: str | None = None  # None: the route's or proxy's header
 
     @property
     def downstream_header(self) -> str | None:

@@ -208,8 +208,11 @@ class _Checks:
                 self._upstream(path, raw, match)
                 self._strip_prefix(path, raw, match)
             header = _valid_field(RouteSection, "operation_key_header", raw)
+            contract_header = (
+                contract.operation_key_header if contract is not None else None
+            )
             reserved = {
-                str(header) if header is not None else proxy_header,
+                str(header) if header is not None else contract_header or proxy_header,
                 _downstream_header(contract),
             }
             self._inject_headers((*path, "inject_headers"), raw, reserved)

@@ -165,6 +165,7 @@ def _contract(section: ContractSection) -> Contract:
         safety=SafetyClass(section.safety),
         timeout=section.timeout,
         retry_limit=section.retry_limit,
+        operation_key_header=section.operation_key_header,
     )
     if isinstance(section, IdempotentContract):
         return replace(
@@ -206,7 +207,11 @@ def _route(
         upstream=section.upstream,
         strip_prefix=strip_prefix,
         inject_headers=dict(section.inject_headers),
-        operation_key_header=section.operation_key_header or proxy.operation_key_header,
+        operation_key_header=(
+            section.operation_key_header
+            or contracts[section.contract].operation_key_header
+            or proxy.operation_key_header
+        ),
         source=document.source,
         line=line,
     )

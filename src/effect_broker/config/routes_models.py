@@ -228,6 +228,12 @@ class ContractBase(_Section):
     retry_limit: int = Field(
         DEFAULT_RETRY_LIMIT, ge=0, description="Attempts the reconciler may add."
     )
+    operation_key_header: Optional[HeaderName] = Field(
+        None,
+        description="Overrides proxy.operation_key_header for this contract's routes; "
+        "may be the idempotency header itself (Idempotency-Key), so an SDK's own key "
+        "becomes the operation key while the target still gets the derived key.",
+    )
 
 
 class IdempotentContract(ContractBase):

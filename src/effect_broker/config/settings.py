@@ -37,6 +37,17 @@ class Settings(BaseSettings):
         "out: the first encrypts, every one decrypts. Instead of master_key.",
     )
     admin_token: SecretStr | None = Field(None, description="Bearer token for admin.")
+    ca_cert: Path | None = Field(
+        None,
+        description="The local CA certificate (PEM): with --ca-key, CONNECT to a host "
+        "that routes watch is intercepted with a leaf signed by it.",
+    )
+    ca_key: Path | None = Field(None, description="The local CA's private key (PEM).")
+    upstream_ca_file: Path | None = Field(
+        None,
+        description="A PEM bundle trusted for upstream TLS besides the system store "
+        "(private CAs); upstream certificates are always verified.",
+    )
     data_dir: Path = Field(
         Path(".effect-broker"), description="Where `up` keeps its database and key."
     )

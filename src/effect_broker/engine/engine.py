@@ -295,6 +295,7 @@ class Engine:
                 attempt.detail,
                 FENCED_RETRY,
                 saturated=attempt.saturated,
+                tls=attempt.tls,
                 upstream_seconds=elapsed,
             )
         if settled.status is EffectStatus.OUTCOME_UNKNOWN:

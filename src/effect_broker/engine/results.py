@@ -62,12 +62,14 @@ class NotSent(Result):
     """The attempt provably sent nothing (no connection); the effect is retryable.
 
     ``saturated``: no connection was free within the queue bound (this proxy's limit),
-    as opposed to the target refusing or being unreachable.
+    as opposed to the target refusing or being unreachable. ``tls``: the target's
+    certificate failed verification.
     """
 
     detail: str
     retry_after: timedelta
     saturated: bool = False
+    tls: bool = False
 
 
 class Unknowable(StrEnum):

@@ -11,10 +11,12 @@ retry either: the state machine owns retries.
 from __future__ import annotations
 
 import asyncio
+import ssl
 import time
 from dataclasses import dataclass
 from datetime import timedelta
 from enum import StrEnum
+from pathlib import Path
 
 import aiohttp
 from opentelemetry.trace import SpanKind, StatusCode
@@ -44,16 +46,31 @@ class AttemptResult:
     elapsed: float = 0.0  # seconds spent waiting on the target
     timed_out: bool = False  # UNKNOWN because the contract's timeout ran out
     saturated: bool = False  # NOT_SENT because no connection to the target was free
+    tls: bool = False  # NOT_SENT because the target's TLS certificate failed to verify
 
     def release(self) -> None:
         if self.overflow is not None:
             self.overflow.release()
 
 
-def client_session(*, limit: int = 100) -> aiohttp.ClientSession:
-    """The upstream client: bodies passed through undecoded, no cookies, no env proxy."""
+def upstream_tls(extra_ca_file: Path | None = None) -> ssl.SSLContext:
+    """Verification for every upstream: the system trust store, plus a PEM bundle for
+    private CAs. There is deliberately no way to turn verification off."""
+    context = ssl.create_default_context()
+    if extra_ca_file is not None:
+        context.load_verify_locations(cafile=extra_ca_file)
+    return context
+
+
+def client_session(
+    *, limit: int = 100, tls: ssl.SSLContext | None = None
+) -> aiohttp.ClientSession:
+    """The upstream client: bodies passed through undecoded, no cookies, no env proxy,
+    certificates verified (``tls``, else the system trust store)."""
     return aiohttp.ClientSession(
-        connector=aiohttp.TCPConnector(limit=limit, ttl_dns_cache=60),
+        connector=aiohttp.TCPConnector(
+            limit=limit, ttl_dns_cache=60, ssl=tls or upstream_tls()
+        ),
         auto_decompress=False,
         cookie_jar=aiohttp.DummyCookieJar(),
         trust_env=False,
@@ -128,6 +145,17 @@ async def _send(
             overflow = len(payload) > max_body
             if not overflow:
                 response.release()
+    except (
+        aiohttp.ClientConnectorCertificateError,
+        aiohttp.ClientConnectorSSLError,
+    ) as exc:
+        # The handshake failed, so not one byte of the request left: not sent.
+        return AttemptResult(
+            Delivery.NOT_SENT,
+            detail=tls_failure(URL(url, encoded=True).host, exc),
+            elapsed=time.perf_counter() - started,
+            tls=True,
+        )
     except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError) as exc:
         return AttemptResult(
             Delivery.NOT_SENT,
@@ -161,6 +189,13 @@ async def _send(
         overflow=response if overflow else None,
         elapsed=time.perf_counter() - started,
     )
+
+
+def tls_failure(host: str | None, exc: aiohttp.ClientConnectorError) -> str:
+    """The sentence for a failed upstream handshake: which host, and why."""
+    cause = exc.os_error
+    reason = getattr(cause, "verify_message", None) or getattr(cause, "reason", None)
+    return f"TLS with {host} failed: {reason or cause}"
 
 
 async def _read_up_to(response: aiohttp.ClientResponse, limit: int) -> bytes:

@@ -28,6 +28,7 @@ from effect_broker.problems import problem_response
 from effect_broker.proxy.edge import EDGE_LIMITS, EdgeLimits
 from effect_broker.proxy.edge_input import check_path, printable
 from effect_broker.proxy.flow import EffectRequest, is_absolute_form
+from effect_broker.proxy.intercept import tunnel_of
 from effect_broker.proxy.passthrough import pass_through
 from effect_broker.proxy.state import PROXY_STATE, ProxyState
 from effect_broker.ratelimited_log import RateLimitedLog
@@ -43,12 +44,15 @@ async def handle(request: web.Request) -> web.StreamResponse:
     state = request.app[PROXY_STATE]
     check_path(request.path)
     path = request_path(request)
+    forward = is_forward(request)
     tenant = state.tenant
-    if state.gateway is not None:
+    tunnel = tunnel_of(request)
+    if tunnel is not None and tunnel.tenant is not None:
+        tenant = tunnel.tenant  # a gateway tenant authenticated on the CONNECT
+    elif state.gateway is not None:
         tenant = await state.gateway.tenant_for(
             request.headers.get("Proxy-Authorization")
         )
-    forward = is_absolute_form(request)
     route = match(request, state, path, forward=forward)
     if route is None:
         return await unmatched(request, state, forward=forward)
@@ -58,6 +62,17 @@ async def handle(request: web.Request) -> web.StreamResponse:
 def request_path(request: web.Request) -> RequestPath:
     """The one normalised path this request is matched, stripped and forwarded by."""
     return normalize_path(split_target(request.raw_path)[0])
+
+
+def is_forward(request: web.Request) -> bool:
+    """Forward mode: absolute form, which every request in an intercepted tunnel has
+    been rewritten to unless it named a host of its own (refused: fail closed)."""
+    if tunnel_of(request) is not None and not is_absolute_form(request):
+        raise MalformedRequest(
+            "inside a CONNECT tunnel the request target must be a path (origin form), "
+            f"not {printable(request.raw_path[:100])!r}"
+        )
+    return is_absolute_form(request)
 
 
 def match(
@@ -84,9 +99,7 @@ async def expect_continue(request: web.Request) -> web.StreamResponse | None:
             status=417,
         )
     try:
-        route = match(
-            request, state, request_path(request), forward=is_absolute_form(request)
-        )
+        route = match(request, state, request_path(request), forward=is_forward(request))
     except EffectBrokerError as exc:
         response = problem_response(exc)
         response.force_close()

@@ -4,8 +4,10 @@ A CONNECT tunnel carries opaque (usually TLS) bytes: the ledger cannot see a met
 path or a body inside it. So a host that any route watches is always refused, with an
 explanation; for every other host ``proxy.connect`` decides: ``tunnel`` pipes bytes both
 ways, ``refuse`` answers 403; and a tunnel goes only where the egress policy allows
-(``proxy.egress``: the host as written, then each address it resolves to). aiohttp's
-server cannot hand a connection over to a raw pipe, so each new connection first meets
+(``proxy.egress``: the host as written, then each address it resolves to). With a local
+CA configured, a CONNECT to a watched host is handed to ``intercept`` instead, which
+reads the requests inside. aiohttp's server cannot hand a connection over to a raw
+pipe, so each new connection first meets
 ``FrontProtocol``: it looks at the first bytes, and anything that is not CONNECT is
 handed to aiohttp's own protocol unchanged.
 
@@ -33,6 +35,7 @@ from effect_broker.errors import (
 from effect_broker.problems import problem_bytes
 from effect_broker.proxy.edge import ConnectionGate
 from effect_broker.proxy.egress import EgressGuard
+from effect_broker.proxy.intercept import Interception
 from effect_broker.ratelimited_log import RateLimitedLog
 
 log = logging.getLogger("effect_broker.connect")
@@ -44,6 +47,10 @@ CONNECT = b"CONNECT "
 MAX_HEAD = 16 * 1024
 CONNECT_TIMEOUT = 10.0
 HIGH_WATER = 1024 * 1024
+INTERCEPT_HINT = (
+    "; or let the proxy intercept it: create a CA with `effect-broker ca init`, start "
+    "with --ca-cert/--ca-key and have the client trust that CA"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,8 +108,10 @@ class FrontProtocol(asyncio.Protocol):
         *,
         gate: ConnectionGate | None = None,
         header_timeout: float | None = None,
+        intercept: Interception | None = None,
     ) -> None:
         self._http_factory = http_factory
+        self._intercept = intercept  # set when a CA lets guarded hosts be intercepted
         self._policy = policy
         self._gate = gate  # set while this protocol owns a counted connection
         self._header_timeout = header_timeout
@@ -196,8 +205,13 @@ class FrontProtocol(asyncio.Protocol):
             return
         host, port = target
         authority = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        if self._intercept is not None and self._policy.is_guarded(authority):
+            self._start_interception(self._intercept, target, head, rest)
+            return
         refusal = self._policy.refusal(authority)
         if refusal is not None:
+            if self._intercept is None and self._policy.is_guarded(authority):
+                refusal += INTERCEPT_HINT
             refusals.warning(
                 f"connect:{host}", "CONNECT %s refused: %s", authority, refusal
             )
@@ -212,6 +226,21 @@ class FrontProtocol(asyncio.Protocol):
         assert self._transport is not None
         self._transport.pause_reading()
         self._pump = asyncio.ensure_future(self._tunnel(target, rest))
+
+    def _start_interception(
+        self,
+        intercept: Interception,
+        target: tuple[str, int],
+        head: bytes,
+        rest: bytes,
+    ) -> None:
+        """Hand the connection (and its place in the gate) to the interception."""
+        assert self._transport is not None
+        self._transport.pause_reading()
+        gate, self._gate = self._gate, None
+        self._pump = asyncio.ensure_future(
+            intercept.run(self._transport, *target, head, rest, gate)
+        )
 
     async def _tunnel(self, target: tuple[str, int], rest: bytes) -> None:
         assert self._transport is not None

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import ssl
 from collections.abc import Awaitable, Callable
 from ipaddress import ip_address
 
@@ -27,6 +28,7 @@ from aiohttp.abc import AbstractResolver, ResolveResult
 
 from effect_broker.config.egress import EgressPolicy, default_rules
 from effect_broker.config.hosts import Host, canonical_host, host_of_address
+from effect_broker.engine.upstream import upstream_tls
 from effect_broker.errors import EgressRefused
 
 Opener = Callable[
@@ -85,11 +87,17 @@ class EgressGuard:
         answers = await self.resolve(host, port)
         return await self.opener(answers[0]["host"], port)
 
-    def session(self, *, limit: int) -> aiohttp.ClientSession:
-        """The pass-through client: every name goes through ``CheckingResolver``."""
+    def session(
+        self, *, limit: int, tls: ssl.SSLContext | None = None
+    ) -> aiohttp.ClientSession:
+        """The pass-through client: every name goes through ``CheckingResolver``, and
+        certificates are verified like the effects' (``tls``, else the system store)."""
         return aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(
-                limit=limit, resolver=CheckingResolver(self), use_dns_cache=False
+                limit=limit,
+                resolver=CheckingResolver(self),
+                use_dns_cache=False,
+                ssl=tls or upstream_tls(),
             ),
             auto_decompress=False,
             cookie_jar=aiohttp.DummyCookieJar(),

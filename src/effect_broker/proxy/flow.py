@@ -43,6 +43,7 @@ from effect_broker.errors import (
     PayloadMismatch,
     ResolvedByOperator,
     UpstreamBusy,
+    UpstreamTLS,
     UpstreamUnreachable,
 )
 from effect_broker.headers import upstream_request_headers
@@ -233,6 +234,15 @@ class EffectRequest:
                     ),
                     effect,
                     retry_after=retry_after,
+                )
+            case NotSent(detail=detail, tls=True):
+                return _problem(
+                    UpstreamTLS(
+                        f"{detail}; nothing was sent. The proxy always verifies the "
+                        "target's certificate (trust a private CA with "
+                        "EFFECT_BROKER_UPSTREAM_CA_FILE)"
+                    ),
+                    effect,
                 )
             case NotSent(detail=detail, retry_after=retry_after):
                 return _problem(

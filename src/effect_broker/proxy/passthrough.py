@@ -23,10 +23,12 @@ import aiohttp
 from aiohttp import web
 from yarl import URL
 
+from effect_broker.engine.upstream import tls_failure
 from effect_broker.errors import (
     BodyTooLarge,
     MalformedRequest,
     OutcomeUnknown,
+    UpstreamTLS,
     UpstreamUnreachable,
 )
 from effect_broker.headers import passthrough_request_headers, response_headers
@@ -76,6 +78,13 @@ async def pass_through(
             headers=passthrough_request_headers(request.headers.items()),
             data=data,
             allow_redirects=False,
+        )
+    except (
+        aiohttp.ClientConnectorCertificateError,
+        aiohttp.ClientConnectorSSLError,
+    ) as exc:
+        return problem_response(
+            UpstreamTLS(f"{tls_failure(url.host, exc)}; nothing was forwarded")
         )
     except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError) as exc:
         return problem_response(

@@ -13,6 +13,7 @@ from effect_broker.engine.engine import Engine
 from effect_broker.metrics import Metrics
 from effect_broker.proxy.egress import EgressGuard
 from effect_broker.proxy.receipt_cache import ReceiptCache
+from effect_broker.proxy.tls_ca import CertificateAuthority
 from effect_broker.store import Store
 from effect_broker.tenancy import TenantResolver
 
@@ -32,6 +33,7 @@ class ProxyState:
     max_request_bytes: int
     metrics: Metrics
     receipts: ReceiptCache
+    ca: CertificateAuthority | None = None  # set: CONNECT to guarded hosts intercepted
 
 
 PROXY_STATE = web.AppKey("proxy_state", ProxyState)

@@ -1,0 +1,295 @@
+"""TLS interception of a CONNECT tunnel to a host that a route watches.
+
+With a CA configured, ``CONNECT api.stripe.com:443`` to a guarded host is answered
+``200 Connection Established`` and the proxy, not the origin, completes the client's TLS
+handshake: its leaf certificate for the SNI name (or the CONNECT host when the client
+sends none) is minted on demand, signed by the local CA and cached per host. The
+decrypted connection is then served by aiohttp like any other, by a request handler
+that rewrites each request's target to ``https://<tunnel authority><path>``: from there
+on it is an ordinary absolute-form request, so routing, the ledger, replay and
+pass-through all run exactly as in forward mode, and upstream is always the tunnel's
+authority, whatever ``Host`` the client wrote inside the tunnel.
+
+In gateway mode the CONNECT itself must carry ``Proxy-Authorization``: the tenant it
+names owns every effect inside the tunnel (the requests inside carry no proxy
+credentials; HTTP clients send them on the CONNECT only).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import logging
+import ssl
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+from aiohttp.http_parser import RawRequestMessage
+from cryptography.hazmat.primitives import serialization
+from yarl import URL
+
+from effect_broker.errors import (
+    EffectBrokerError,
+    MalformedRequest,
+    ProxyAuthenticationRequired,
+)
+from effect_broker.problems import problem_bytes
+from effect_broker.proxy.edge import ConnectionGate, EdgeRequestHandler
+from effect_broker.proxy.tls_ca import (
+    LEAF_VALIDITY,
+    CertificateAuthority,
+    IPAddress,
+    host_name,
+    new_key,
+)
+from effect_broker.ratelimited_log import RateLimitedLog
+from effect_broker.tenancy import TenantResolver
+
+log = logging.getLogger("effect_broker.intercept")
+quiet = RateLimitedLog(log)
+
+BASIC_REALM = 'Basic realm="effect-broker"'
+ESTABLISHED = b"HTTP/1.1 200 Connection Established\r\n\r\n"
+RENEW_BEFORE = datetime.timedelta(days=1)  # re-mint a cached leaf this close to expiry
+MAX_CACHED_LEAVES = 1024  # SNI names are the client's choice: the cache is bounded
+
+
+class LeafContexts:
+    """One server ``SSLContext`` per host, each holding a leaf signed by the CA.
+
+    ``ssl`` loads certificates from files only, so each new leaf passes through a
+    private temporary directory that is removed as soon as it is loaded. One key pair
+    serves every leaf of this process; it never leaves memory otherwise.
+    """
+
+    def __init__(self, ca: CertificateAuthority) -> None:
+        self.ca = ca
+        self._key = new_key()
+        self._contexts: dict[str, tuple[ssl.SSLContext, datetime.datetime]] = {}
+
+    def for_host(self, host: str | IPAddress) -> ssl.SSLContext:
+        label = str(host)
+        now = datetime.datetime.now(datetime.UTC)
+        cached = self._contexts.get(label)
+        if cached is not None and cached[1] - now > RENEW_BEFORE:
+            return cached[0]
+        certificate = self.ca.issue(host, self._key, validity=LEAF_VALIDITY)
+        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        context.minimum_version = ssl.TLSVersion.TLSv1_2
+        context.set_alpn_protocols(["http/1.1"])
+        with tempfile.TemporaryDirectory(prefix="effect-broker-leaf-") as directory:
+            chain = Path(directory) / "leaf.pem"
+            key = Path(directory) / "leaf.key"
+            chain.write_bytes(
+                certificate.public_bytes(serialization.Encoding.PEM) + self.ca.pem()
+            )
+            key.touch(mode=0o600)
+            key.write_bytes(
+                self._key.private_bytes(
+                    serialization.Encoding.PEM,
+                    serialization.PrivateFormat.PKCS8,
+                    serialization.NoEncryption(),
+                )
+            )
+            context.load_cert_chain(chain, key)
+        context.sni_callback = self._select
+        self._contexts.pop(label, None)
+        while len(self._contexts) >= MAX_CACHED_LEAVES:
+            del self._contexts[next(iter(self._contexts))]  # the oldest minted
+        self._contexts[label] = (context, certificate.not_valid_after_utc)
+        return context
+
+    def _select(
+        self, connection: ssl.SSLObject, server_name: str | None, _: ssl.SSLContext
+    ) -> None:
+        """SNI: answer with a leaf for the name the client asked for."""
+        if server_name is None:
+            return  # keep the CONNECT host's leaf
+        host = host_name(server_name)
+        if host is not None:
+            connection.context = self.for_host(host)
+
+
+@dataclass(frozen=True, slots=True)
+class Tunnel:
+    """Where the requests of an intercepted connection go, and on whose behalf."""
+
+    authority: str  # host:port from the CONNECT line, IPv6 in brackets
+    tenant: str | None  # the gateway tenant named on the CONNECT; None for a sidecar
+
+
+class TunnelRequestHandler(EdgeRequestHandler):
+    """aiohttp's handler for the decrypted side of an intercepted tunnel.
+
+    Each request target is rewritten to absolute form on the tunnel's authority; the
+    rest of the proxy then treats it as a forward-mode ``https://`` request.
+    """
+
+    def __init__(self, manager: web.Server, *, tunnel: Tunnel, **kwargs: Any) -> None:
+        super().__init__(manager, **kwargs)
+        self.tunnel = tunnel
+        inner = self._request_factory
+        assert inner is not None
+
+        def factory(message: RawRequestMessage, *args: Any) -> web.BaseRequest:
+            return inner(self._in_tunnel(message), *args)
+
+        self._request_factory = factory
+
+    def _in_tunnel(self, message: RawRequestMessage) -> RawRequestMessage:
+        path = message.path
+        if not path.startswith("/"):
+            # Absolute form inside a tunnel names a host the tunnel does not go to;
+            # ``tunnel_of`` callers refuse a request left in this form.
+            return message
+        target = f"https://{self.tunnel.authority}{path}"
+        return message._replace(path=target, url=URL(target, encoded=True))
+
+
+def tunnel_of(request: web.BaseRequest) -> Tunnel | None:
+    """The intercepted tunnel a request came through, or None for a plain request."""
+    protocol = request.protocol
+    return protocol.tunnel if isinstance(protocol, TunnelRequestHandler) else None
+
+
+class _Holding(asyncio.Protocol):
+    """Keeps decrypted bytes that arrive before the request handler takes over."""
+
+    def __init__(self) -> None:
+        self.buffer = bytearray()
+        self.eof = False
+        self.lost = False
+
+    def data_received(self, data: bytes) -> None:
+        self.buffer += data
+
+    def eof_received(self) -> bool | None:
+        self.eof = True
+        return None
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.lost = True
+
+
+@dataclass(frozen=True, slots=True)
+class Interception:
+    """Everything the CONNECT front needs to intercept a tunnel to a guarded host."""
+
+    leaves: LeafContexts
+    http: web.Server
+    keepalive_timeout: float
+    handshake_timeout: float
+    gateway: TenantResolver | None = None
+
+    async def run(
+        self,
+        transport: asyncio.Transport,
+        host: str,
+        port: int,
+        head: bytes,
+        rest: bytes,
+        gate: ConnectionGate | None,
+    ) -> None:
+        """Serve one intercepted tunnel; ``gate`` is released when it ends."""
+        handed_over = False
+        try:
+            handed_over = await self._run(transport, host, port, head, rest, gate)
+        finally:
+            if not handed_over:
+                if gate is not None:
+                    gate.release()
+                transport.close()
+
+    async def _run(
+        self,
+        transport: asyncio.Transport,
+        host: str,
+        port: int,
+        head: bytes,
+        rest: bytes,
+        gate: ConnectionGate | None,
+    ) -> bool:
+        tenant = None
+        if self.gateway is not None:
+            try:
+                tenant = await self.gateway.tenant_for(proxy_authorization(head))
+            except ProxyAuthenticationRequired as exc:
+                _refuse(
+                    transport, exc, {"Proxy-Authenticate": 'Basic realm="effect-broker"'}
+                )
+                return False
+        if rest:
+            _refuse(
+                transport,
+                MalformedRequest(
+                    "bytes followed the CONNECT head before the 200: wait for "
+                    "'200 Connection Established', then start TLS"
+                ),
+            )
+            return False
+        leaf_host = host_name(host)
+        if leaf_host is None:
+            _refuse(transport, MalformedRequest(f"{host!r} is not a host name"))
+            return False
+        context = self.leaves.for_host(leaf_host)
+        transport.write(ESTABLISHED)
+        holding = _Holding()
+        loop = asyncio.get_running_loop()
+        try:
+            secure = await loop.start_tls(
+                transport,
+                holding,
+                context,
+                server_side=True,
+                ssl_handshake_timeout=self.handshake_timeout,
+            )
+        except (OSError, TimeoutError, ConnectionError, ssl.SSLError) as exc:
+            # A client that pins the origin's certificate ends up here, every time.
+            quiet.warning(
+                "handshake",
+                "TLS handshake for an intercepted tunnel to %s failed: %s (%s); a "
+                "client that does not trust the proxy's CA, or pins certificates, "
+                "cannot be intercepted",
+                host,
+                type(exc).__name__,
+                getattr(exc, "reason", None) or "no reason given",
+            )
+            return False
+        if secure is None or holding.lost:
+            return False
+        authority = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        handler = TunnelRequestHandler(
+            self.http,
+            tunnel=Tunnel(authority, tenant),
+            gate=gate,
+            loop=loop,
+            access_log=None,
+            keepalive_timeout=self.keepalive_timeout,
+        )
+        secure.set_protocol(handler)
+        handler.connection_made(secure)
+        if holding.buffer:
+            handler.data_received(bytes(holding.buffer))
+        if holding.eof:
+            handler.eof_received()
+        return True
+
+
+def proxy_authorization(head: bytes) -> str | None:
+    """The ``Proxy-Authorization`` value of a CONNECT head, if it has one."""
+    for line in head.split(b"\r\n")[1:]:
+        name, sep, value = line.partition(b":")
+        if sep and name.strip().lower() == b"proxy-authorization":
+            return value.strip().decode("latin-1")
+    return None
+
+
+def _refuse(
+    transport: asyncio.Transport,
+    error: EffectBrokerError,
+    headers: dict[str, str] | None = None,
+) -> None:
+    transport.write(problem_bytes(error, headers=headers))
