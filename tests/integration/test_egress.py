@@ -135,7 +135,9 @@ async def test_pass_through_to_the_proxy_itself_is_refused(broker: Broker) -> No
 async def test_connect_to_the_ledger_database_is_refused(
     broker: Broker, database_url: str, host: str
 ) -> None:
-    port = URL(database_url).port or 5432
+    port = URL(database_url).port
+    if port is None:  # the embedded server: a Unix socket, no TCP address to refuse
+        pytest.skip("the ledger listens on a Unix socket here; CI's second run uses TCP")
     status, problem = await raw_connect(broker, f"{host}:{port}")
 
     assert status == 403
