@@ -84,6 +84,13 @@ class BodyTooLarge(EffectBrokerError):
     status = 413
 
 
+class InvalidMcpMessage(EffectBrokerError):
+    """The MCP message was refused before anything was forwarded."""
+
+    problem_type = "invalid-mcp-message"
+    status = 400
+
+
 class MalformedRequest(EffectBrokerError):
     """The request is not valid HTTP, or carries bytes no route can mean."""
 

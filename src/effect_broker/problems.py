@@ -106,3 +106,28 @@ def problem_bytes(error: EffectBrokerError, **options: Any) -> bytes:
         *(f"{name}: {value}" for name, value in answer.headers.items()),
     ]
     return ("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + answer.body
+
+
+def jsonrpc_problem(
+    error: EffectBrokerError,
+    *,
+    request_id: str | int | None,
+    code: int,
+    status: int = 200,
+    **options: Any,
+) -> Problem:
+    """``problem`` as a JSON-RPC error for an MCP client: the same cause, detail and
+    effect, in ``error.data``; ``options`` are those of ``problem``.
+
+    An error for a request the proxy could read goes back as ``200 OK`` (the transport's
+    way: the SDK raises it as the tool call's error); one for a body it could not read
+    at all keeps an HTTP error status.
+    """
+    answer = problem(error, **options)
+    data = json.loads(answer.body)
+    body = {
+        "jsonrpc": "2.0",
+        "id": request_id,
+        "error": {"code": code, "message": data["message"], "data": data},
+    }
+    return Problem(status, answer.headers, json.dumps(body).encode())

@@ -24,6 +24,8 @@ from effect_broker.engine.slots import UpstreamSlots
 from effect_broker.engine.upstream import client_session, upstream_tls
 from effect_broker.engine.wiring import Wiring
 from effect_broker.errors import MigrationError, TLSSetupError
+from effect_broker.mcp.answers import McpProtocol
+from effect_broker.mcp.handler import McpEndpoint
 from effect_broker.metrics import Metrics
 from effect_broker.proxy.egress import EgressGuard
 from effect_broker.proxy.receipt_cache import ReceiptCache
@@ -96,20 +98,27 @@ async def open_runtime(
                     per_route=settings.reconciler_connections,
                     queue_timeout=settings.upstream_queue_timeout,
                 ),
+                protocols={
+                    route.name: McpProtocol()
+                    for route in config.routes
+                    if route.mcp is not None
+                },
             )
+            engine = Engine(wiring, owner=worker_name(role))
             yield ProxyState(
                 config=config,
                 store=store,
                 keyring=keyring,
                 session=session,
                 egress=egress,
-                engine=Engine(wiring, owner=worker_name(role)),
+                engine=engine,
                 tenant=settings.tenant,
                 gateway=TenantResolver(store) if settings.gateway else None,
                 max_request_bytes=settings.max_request_bytes,
                 metrics=metrics,
                 receipts=ReceiptCache(settings.receipt_cache_bytes),
                 ca=ca,
+                mcp=McpEndpoint(engine, max_request_bytes=settings.max_request_bytes),
             )
     finally:
         await store.close()

@@ -31,6 +31,7 @@ def _register() -> None:
         doctor,
         effects,
         keys,
+        mcp,
         migrate,
         reconciler,
         routes,
@@ -51,6 +52,7 @@ def _register() -> None:
     app.command(name="reconciler")(reconciler.reconciler)
     app.command(name="doctor")(doctor.doctor)
     app.command(name="bench")(bench.bench)
+    app.command(name="mcp")(mcp.mcp)
 
 
 def main() -> None:

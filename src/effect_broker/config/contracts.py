@@ -10,7 +10,7 @@ the invariants noted on each class without re-checking them.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from types import MappingProxyType
 from typing import Literal, TypeVar
@@ -22,9 +22,13 @@ DOWNSTREAM_KEY_PLACEHOLDER = "{downstream_key}"
 DEFAULT_OPERATION_KEY_HEADER = "Operation-Key"
 DEFAULT_TIMEOUT = timedelta(seconds=10)
 DEFAULT_RETRY_LIMIT = 5
+DEFAULT_OPERATION_KEY_ARGUMENT = "operation_key"
+# The methods of the Streamable HTTP transport on its one endpoint.
+MCP_METHODS = frozenset({"POST", "GET", "DELETE"})
 
 UnmatchedPolicy = Literal["pass", "reject-mutating"]
 ConnectPolicy = Literal["tunnel", "refuse"]
+McpUnclassified = Literal["reject", "pass"]
 
 K = TypeVar("K")
 V = TypeVar("V")
@@ -75,6 +79,8 @@ class Contract:
     retry_limit: int = DEFAULT_RETRY_LIMIT
     probe: Probe | None = None
     operation_key_header: str | None = None  # None: the route's or proxy's header
+    # MCP only: the tool argument that carries the derived key instead of a header.
+    idempotency_argument: str | None = None
 
     @property
     def downstream_header(self) -> str | None:
@@ -106,6 +112,29 @@ class RouteMatch:
 
 
 @dataclass(frozen=True, slots=True)
+class McpTools:
+    """How an MCP route classifies ``tools/call``: by configured name only.
+
+    ``tools`` maps each mutating tool to its contract; ``read_only`` tools pass through
+    unrecorded; any other tool is refused (``reject``) or passed through (``pass``).
+    """
+
+    tools: Mapping[str, Contract]
+    read_only: frozenset[str] = frozenset()
+    unclassified: McpUnclassified = "reject"
+    operation_key_argument: str = DEFAULT_OPERATION_KEY_ARGUMENT
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "tools", frozen_mapping(self.tools))
+
+
+# The ``contract`` of an MCP route itself: it records nothing under it (each tool call
+# is recorded under its tool's contract), and should anything ever use it, "unsafe"
+# is the class that can never cause a resend. Its name is not a valid contract name.
+MCP_ROUTE_CONTRACT = Contract(name="(mcp)", version="0", safety=SafetyClass.UNSAFE)
+
+
+@dataclass(frozen=True, slots=True)
 class Route:
     """One matched family of requests, bound to its resolved contract.
 
@@ -124,9 +153,21 @@ class Route:
     operation_key_header: str = DEFAULT_OPERATION_KEY_HEADER
     source: str = "<config>"
     line: int | None = None
+    mcp: McpTools | None = None  # set: an MCP endpoint, ``contract`` is a placeholder
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "inject_headers", frozen_mapping(self.inject_headers))
+
+    def bound(self, contract: Contract) -> Route:
+        """This route governed by one of its tools' contracts (MCP), as recorded."""
+        return replace(self, contract=contract)
+
+    def bound_routes(self) -> tuple[Route, ...]:
+        """Every (route, contract) pair an effect on this route may be pinned to."""
+        if self.mcp is None:
+            return (self,)
+        unique = {contract.ref: contract for contract in self.mcp.tools.values()}
+        return tuple(self.bound(contract) for contract in unique.values())
 
     @property
     def mode(self) -> Literal["forward", "reverse"]:

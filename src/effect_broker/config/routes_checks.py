@@ -145,6 +145,15 @@ class _Checks:
             contract = _valid_contract(raw)
             if isinstance(contract, IdempotentContract):
                 self._retention(path, contract)
+            if raw.get("safety") == "idempotent" and not (
+                raw.get("idempotency_header") or raw.get("idempotency_argument")
+            ):
+                self.report(
+                    (*path, "idempotency_header"),
+                    "idempotent contracts need idempotency_header: the header that "
+                    "carries the stable key the target deduplicates on (an MCP tool "
+                    "may use idempotency_argument instead)",
+                )
             if raw.get("safety") == "reconcilable":
                 self._probe((*path, "probe"), raw.get("probe"))
             name = _name(raw)
@@ -200,6 +209,14 @@ class _Checks:
             elif name is not None:
                 lines[name] = self.document.line((*path, "name"))
             contract = self._contract_reference(path, raw, contracts)
+            self._mcp_tools(path, raw.get("mcp"), contracts)
+            if isinstance(contract, IdempotentContract) and contract.idempotency_argument:
+                self.report(
+                    (*path, "contract"),
+                    f"contract {contract.name!r} puts its key in a tool argument "
+                    "(idempotency_argument), which only an MCP tool has; use "
+                    "idempotency_header for an HTTP route",
+                )
             match = _valid_model(MatchSection, raw.get("match"))
             if match is not None:
                 label = name or field_label(path)
@@ -232,6 +249,16 @@ class _Checks:
             )
             return None
         return contracts[name]
+
+    def _mcp_tools(self, path: DataPath, raw: object, contracts: Contracts) -> None:
+        """Each mutating tool names a contract that exists."""
+        tools = raw.get("tools") if isinstance(raw, dict) else None
+        if not isinstance(tools, dict):
+            return
+        for tool, spec in tools.items():
+            if isinstance(spec, dict):
+                where: DataPath = (*path, "mcp", "tools", str(tool))
+                self._contract_reference(where, spec, contracts)
 
     def _upstream(
         self, path: DataPath, raw: Mapping[str, object], match: MatchSection

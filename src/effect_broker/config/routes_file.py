@@ -26,10 +26,17 @@ from typing import overload
 
 from pydantic import ValidationError
 
-from effect_broker.config.contracts import Contract, Probe, Route
+from effect_broker.config.contracts import (
+    MCP_ROUTE_CONTRACT,
+    Contract,
+    McpTools,
+    Probe,
+    Route,
+)
 from effect_broker.config.routes_checks import cross_field_issues
 from effect_broker.config.routes_config import ProxyPolicy, RoutesConfig
 from effect_broker.config.routes_issues import validation_issues
+from effect_broker.config.routes_mcp_models import McpSection
 from effect_broker.config.routes_models import (
     SUPPORTED_VERSION,
     ContractSection,
@@ -171,6 +178,7 @@ def _contract(section: ContractSection) -> Contract:
         return replace(
             common,
             idempotency_header=section.idempotency_header,
+            idempotency_argument=section.idempotency_argument,
             key_retention=section.key_retention,
         )
     if isinstance(section, ReconcilableContract):
@@ -200,18 +208,34 @@ def _route(
     strip_prefix = None
     if section.strip_prefix is not None:
         strip_prefix = "/" + "/".join(p for p in section.strip_prefix.split("/") if p)
+    mcp = _mcp_tools(section.mcp, contracts) if section.mcp is not None else None
+    contract = (
+        contracts[section.contract]
+        if section.contract is not None
+        else MCP_ROUTE_CONTRACT
+    )
     return Route(
         name=section.name,
         match=section.match.route_match(),
-        contract=contracts[section.contract],
+        contract=contract,
+        mcp=mcp,
         upstream=section.upstream,
         strip_prefix=strip_prefix,
         inject_headers=dict(section.inject_headers),
         operation_key_header=(
             section.operation_key_header
-            or contracts[section.contract].operation_key_header
+            or contract.operation_key_header
             or proxy.operation_key_header
         ),
         source=document.source,
         line=line,
+    )
+
+
+def _mcp_tools(section: McpSection, contracts: Mapping[str, Contract]) -> McpTools:
+    return McpTools(
+        tools={name: contracts[tool.contract] for name, tool in section.tools.items()},
+        read_only=frozenset(section.read_only),
+        unclassified=section.unclassified,
+        operation_key_argument=section.operation_key_argument,
     )

@@ -31,6 +31,7 @@ from effect_broker.config.contracts import (
     DEFAULT_OPERATION_KEY_HEADER,
     DEFAULT_RETRY_LIMIT,
     DEFAULT_TIMEOUT,
+    MCP_METHODS,
     ConnectPolicy,
     RouteMatch,
     UnmatchedPolicy,
@@ -40,6 +41,7 @@ from effect_broker.config.durations import (
     parse_duration,
 )
 from effect_broker.config.egress import EgressRuleText
+from effect_broker.config.routes_mcp_models import ARGUMENT_PATTERN, McpSection
 from effect_broker.config.routing import parse_path_pattern, parse_route_host
 from effect_broker.config.secret_refs import env_references
 from effect_broker.config.yaml_lines import describe
@@ -240,13 +242,31 @@ class IdempotentContract(ContractBase):
     """The target deduplicates on a stable key and keeps results for key_retention."""
 
     safety: Literal["idempotent"]
-    idempotency_header: HeaderName = Field(
-        description="the header that carries the stable key the target deduplicates on"
+    idempotency_header: Optional[HeaderName] = Field(
+        None,
+        description="the header that carries the stable key the target deduplicates "
+        "on (this or idempotency_argument)",
+    )
+    idempotency_argument: Optional[
+        Annotated[str, StringConstraints(pattern=ARGUMENT_PATTERN)]
+    ] = Field(
+        None,
+        description="MCP tools only: the tool argument the proxy sets to the stable "
+        "key, for servers that read it from the arguments",
     )
     key_retention: Duration = Field(
         description="how long the target keeps a key's result; a redispatch is safe "
         "only inside it"
     )
+
+    @model_validator(mode="after")
+    def _one_key_place(self) -> IdempotentContract:
+        if self.idempotency_header is not None and self.idempotency_argument:
+            raise ValueError(
+                "an idempotent contract names one of idempotency_header and "
+                "idempotency_argument: where the target reads its stable key"
+            )
+        return self
 
 
 class FoundAnswer(_Section):
@@ -335,7 +355,11 @@ def class_field_owner(key: str) -> type[ContractBase] | None:
 class MatchSection(_Section):
     """Which requests the route owns; without host it is a reverse-mode path prefix."""
 
-    method: Methods = Field(description="One method or a list, e.g. POST or [POST, PUT].")
+    method: Optional[Methods] = Field(
+        None,
+        description="One method or a list, e.g. POST or [POST, PUT]. Required, except "
+        "on an MCP route, which carries the transport's POST, GET and DELETE.",
+    )
     host: Optional[Annotated[str, AfterValidator(parse_route_host)]] = Field(
         None,
         description="Forward mode: the bare host (and port) of absolute-form requests, "
@@ -362,7 +386,7 @@ class MatchSection(_Section):
 
     def route_match(self) -> RouteMatch:
         return RouteMatch(
-            methods=frozenset(self.method),
+            methods=frozenset(self.method) if self.method else MCP_METHODS,
             host=self.host,
             path=self.path,
             aliases=frozenset(self.aliases),
@@ -388,7 +412,15 @@ class RouteSection(_Section):
             None, description="Leading segments of match.path removed before forwarding."
         )
     )
-    contract: Name = Field(description="The name of a contract in this file.")
+    contract: Optional[Name] = Field(
+        None,
+        description="The name of a contract in this file (required unless mcp is set).",
+    )
+    mcp: Optional[McpSection] = Field(
+        None,
+        description="An MCP endpoint: each listed tool has its own contract, so the "
+        "route names no contract and no method.",
+    )
     inject_headers: dict[HeaderName, HeaderTemplate] = Field(
         default_factory=dict,
         description="Headers added upstream; reference secrets as ${env:NAME}, which "
@@ -397,6 +429,22 @@ class RouteSection(_Section):
     operation_key_header: Optional[HeaderName] = Field(
         None, description="Overrides proxy.operation_key_header for this route."
     )
+
+    @model_validator(mode="after")
+    def _kind(self) -> RouteSection:
+        if self.mcp is not None:
+            if self.contract is not None or self.match.method is not None:
+                raise ValueError(
+                    "an MCP route names neither contract nor match.method: each tool "
+                    "in mcp.tools has its contract, and the transport uses POST, GET "
+                    "and DELETE on the path"
+                )
+            return self
+        if self.contract is None or self.match.method is None:
+            raise ValueError(
+                "a route needs match.method and contract (or an mcp block instead)"
+            )
+        return self
 
 
 class RoutesFile(_Section):

@@ -23,6 +23,7 @@ from effect_broker.engine.outcomes import (
     status_after_answer,
 )
 from effect_broker.engine.probe import ProbeResult, ProbeVerdict, run_probe
+from effect_broker.engine.protocol import TargetProtocol
 from effect_broker.engine.sealed import seal_response
 from effect_broker.engine.slots import NoFreeSlot
 from effect_broker.engine.targets import base_url
@@ -40,6 +41,7 @@ def outgoing_request(
     stored: StoredRequest,
     downstream_key: str,
     injected: Mapping[str, Mapping[str, str]],
+    protocol: TargetProtocol | None = None,
 ) -> StoredRequest:
     """The stored request with this route's derived key and credentials put in."""
     headers = upstream_request_headers(
@@ -49,7 +51,10 @@ def outgoing_request(
         downstream_key=downstream_key,
         inject=injected.get(route.name, {}),
     )
-    return StoredRequest(stored.method, stored.url, headers, stored.body)
+    outgoing = StoredRequest(stored.method, stored.url, headers, stored.body)
+    if protocol is None:
+        return outgoing
+    return protocol.with_key(outgoing, route.contract, downstream_key)
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +81,7 @@ class Dispatcher:
         self._owner = owner
         self._max_receipt_bytes = wiring.max_receipt_bytes
         self._lease_grace = wiring.lease_grace
+        self._protocols = wiring.protocols
         self.metrics = wiring.metrics
         self._rng = random.Random()
 
@@ -143,7 +149,12 @@ class Dispatcher:
             return await self._mark_unknown(effect, contract, attempt.detail)
 
         response = attempt.response
-        next_status = status_after_answer(response.status, effect.safety)
+        protocol = self._protocols.get(effect.route)
+        next_status = (
+            protocol.judge(response, effect, contract)
+            if protocol is not None
+            else status_after_answer(response.status, effect.safety)
+        )
         if (
             next_status is EffectStatus.RETRYABLE
             and effect.attempts < contract.retry_limit

@@ -274,6 +274,7 @@ class Engine:
             request or open_request(self._keyring, effect),
             effect.downstream_key,
             self._injected,
+            self.wiring.protocols.get(route.name),
         )
         try:
             dispatched = await self._dispatcher.send_started(
@@ -361,9 +362,10 @@ class Engine:
         if route is None:
             return None
         pinned = (effect.contract_name, effect.contract_version)
-        if (route.contract.name, route.contract.version) != pinned:
-            return None
-        return route
+        for bound in route.bound_routes():  # an MCP route: one per tool contract
+            if (bound.contract.name, bound.contract.version) == pinned:
+                return bound
+        return None
 
 
 def _start_terms(contract: Contract) -> AttemptTerms | None:

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 
 import aiohttp
 
 from effect_broker.config.routes_config import RoutesConfig
 from effect_broker.crypto import Keyring
+from effect_broker.engine.protocol import TargetProtocol
 from effect_broker.engine.slots import UpstreamSlots
 from effect_broker.metrics import Metrics
 from effect_broker.store import Store
@@ -29,3 +30,6 @@ class Wiring:
     lease_grace: timedelta
     slots: UpstreamSlots  # concurrent requests per route, and how long to queue
     reconciler_slots: UpstreamSlots  # the reconciler's own budget, apart from clients
+    # route name -> how its target's answers are judged and its key placed (MCP);
+    # routes not named here are plain HTTP.
+    protocols: Mapping[str, TargetProtocol] = field(default_factory=dict)

@@ -56,6 +56,10 @@ async def handle(request: web.Request) -> web.StreamResponse:
     route = match(request, state, path, forward=forward)
     if route is None:
         return await unmatched(request, state, forward=forward)
+    if route.mcp is not None:
+        if state.mcp is None:  # a wiring error, never a reason to record blindly
+            raise RouteRefused(f"route {route.name} is an MCP route; MCP is not wired")
+        return await state.mcp(request, route, tenant, path)
     return await EffectRequest(state, route, request, tenant, path).handle()
 
 

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 import aiohttp
 from aiohttp import web
 
+from effect_broker.config.contracts import Route
+from effect_broker.config.paths import RequestPath
 from effect_broker.config.routes_config import RoutesConfig
 from effect_broker.crypto import Keyring
 from effect_broker.engine.engine import Engine
@@ -16,6 +19,12 @@ from effect_broker.proxy.receipt_cache import ReceiptCache
 from effect_broker.proxy.tls_ca import CertificateAuthority
 from effect_broker.store import Store
 from effect_broker.tenancy import TenantResolver
+
+# Serves an MCP route's requests (request, route, tenant, normalised path); supplied by
+# the runtime, so the proxy and the MCP adapter stay independent of each other.
+McpHandler = Callable[
+    [web.Request, Route, str, RequestPath], Awaitable[web.StreamResponse]
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,6 +43,7 @@ class ProxyState:
     metrics: Metrics
     receipts: ReceiptCache
     ca: CertificateAuthority | None = None  # set: CONNECT to guarded hosts intercepted
+    mcp: McpHandler | None = None  # set when routes.yaml has MCP routes
 
 
 PROXY_STATE = web.AppKey("proxy_state", ProxyState)

@@ -1,0 +1,37 @@
+"""``effect-broker mcp``: serve the management tools to an MCP client."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from effect_broker.cli.effects import DEFAULT_ADMIN_URL, AdminUrl, Token
+from effect_broker.client import EffectsClient
+from effect_broker.mcp.management import build_management_server
+
+
+def mcp(
+    admin_url: AdminUrl = DEFAULT_ADMIN_URL,
+    token: Token = None,
+    http: Annotated[
+        str | None,
+        typer.Option(
+            "--http",
+            help="serve Streamable HTTP on HOST:PORT (at /mcp) instead of stdio",
+            show_default=False,
+        ),
+    ] = None,
+) -> None:
+    """Serve list_unknown_effects, get_effect, get_receipt and request_reconciliation
+    over stdio (the default) or Streamable HTTP, calling the admin API."""
+    server = build_management_server(EffectsClient(admin_url, token))
+    if http is None:
+        server.run("stdio")
+        return
+    host, _, port = http.rpartition(":")
+    if not host or not port.isdigit():
+        raise typer.BadParameter(
+            "expected HOST:PORT, e.g. 127.0.0.1:8090", param_hint="--http"
+        )
+    server.run("streamable-http", host=host.strip("[]"), port=int(port))

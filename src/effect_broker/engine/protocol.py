@@ -1,0 +1,36 @@
+"""The one seam for targets that speak something other than plain HTTP over HTTP.
+
+A JSON-RPC target (MCP) answers ``200 OK`` for a refused call and a completed one
+alike, and may want the derived key inside the body rather than in a header. A route
+may therefore come with a ``TargetProtocol`` (wired in by the composition root, keyed
+by route name): the dispatcher asks it what an answer proves and how the derived key
+is placed. Routes without one keep the HTTP rules of ``outcomes``.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from effect_broker.config.contracts import Contract
+from effect_broker.engine.messages import StoredRequest, StoredResponse
+from effect_broker.models import Effect, EffectStatus
+
+
+class TargetProtocol(Protocol):
+    def judge(
+        self, response: StoredResponse, effect: Effect, contract: Contract
+    ) -> EffectStatus:
+        """The effect's next status given a complete answer to this attempt.
+
+        RETRYABLE is honoured only while ``effect.attempts < contract.retry_limit``;
+        past it the dispatcher stores the answer as final, so a protocol that must
+        never store an answer as final returns OUTCOME_UNKNOWN there instead.
+        """
+        ...
+
+    def with_key(
+        self, request: StoredRequest, contract: Contract, downstream_key: str
+    ) -> StoredRequest:
+        """The outgoing request with the derived key placed where the target reads it
+        (headers are already done); the stored request itself never holds it."""
+        ...

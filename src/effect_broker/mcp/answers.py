@@ -1,0 +1,95 @@
+"""What an MCP target's answer proves about a tool call (pure; the engine's hook).
+
+A JSON-RPC server answers ``200 OK`` whether the tool ran or the call was refused, so
+the HTTP status alone proves little. The rules, most conservative first:
+
+* no JSON-RPC response in a complete answer (a stream that ended early): unknown;
+* a JSON-RPC error the spec defines as "refused before running" (parse, invalid
+  request, unknown method, invalid params): final on the first attempt, unknown on a
+  later one (the earlier attempt may have run); any other error code: unknown;
+* ``resultType: input_required``: the server is still asking, never a final answer;
+* a result, ``isError: true`` included: the tool's final answer, stored and replayed;
+* an HTTP 4xx before any JSON-RPC (a dead session, a refused header): nothing ran,
+  so the same key may be sent again; on a later attempt: unknown.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+from effect_broker.config.contracts import Contract
+from effect_broker.engine.messages import StoredRequest, StoredResponse
+from effect_broker.engine.outcomes import status_after_answer
+from effect_broker.mcp.jsonrpc import (
+    INVALID_PARAMS,
+    INVALID_REQUEST,
+    METHOD_NOT_FOUND,
+    PARSE_ERROR,
+    find_response,
+)
+from effect_broker.models import Effect, EffectStatus
+
+REFUSED_BEFORE_RUNNING = frozenset(
+    {PARSE_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, INVALID_PARAMS}
+)
+
+
+def content_type(response: StoredResponse) -> str | None:
+    for name, value in response.headers:
+        if name.lower() == "content-type":
+            return value
+    return None
+
+
+def is_input_required(result: object) -> bool:
+    return isinstance(result, dict) and result.get("resultType") == "input_required"
+
+
+class McpProtocol:
+    """The engine's ``TargetProtocol`` for an MCP route."""
+
+    def judge(
+        self, response: StoredResponse, effect: Effect, contract: Contract
+    ) -> EffectStatus:
+        first = effect.attempts <= 1
+        if not 200 <= response.status < 300:
+            if 400 <= response.status < 500 and response.status not in (408, 429):
+                return self._not_run(effect, contract, first)
+            return status_after_answer(response.status, effect.safety)
+        answer = find_response(content_type(response), response.body)
+        if answer is None:
+            return EffectStatus.OUTCOME_UNKNOWN
+        error = answer.get("error")
+        if error is not None:
+            code = error.get("code") if isinstance(error, dict) else None
+            if code in REFUSED_BEFORE_RUNNING and first:
+                return EffectStatus.FAILED_FINAL
+            return EffectStatus.OUTCOME_UNKNOWN
+        result = answer.get("result")
+        if is_input_required(result):
+            return self._not_run(effect, contract, True)
+        if isinstance(result, dict) and result.get("isError") is True:
+            return EffectStatus.FAILED_FINAL
+        return EffectStatus.SUCCEEDED
+
+    @staticmethod
+    def _not_run(effect: Effect, contract: Contract, first: bool) -> EffectStatus:
+        """Provably not run: the same key may go again, but such an answer is never
+        stored as final (past the retry limit the effect waits as unknown)."""
+        if first and effect.attempts < contract.retry_limit:
+            return EffectStatus.RETRYABLE
+        return EffectStatus.OUTCOME_UNKNOWN
+
+    def with_key(
+        self, request: StoredRequest, contract: Contract, downstream_key: str
+    ) -> StoredRequest:
+        """``idempotency_argument``: the derived key joins the tool's arguments."""
+        argument = contract.idempotency_argument
+        if argument is None:
+            return request
+        message = json.loads(request.body)
+        params = dict(message["params"])
+        params["arguments"] = {**params.get("arguments", {}), argument: downstream_key}
+        body = json.dumps({**message, "params": params}).encode()
+        return replace(request, body=body)

@@ -1,0 +1,217 @@
+"""The MCP route adapter: classify each message, record tool calls through the engine.
+
+Only ``tools/call`` of a tool configured with a contract is an effect. Its operation key
+comes from the tool's arguments (the schema the agent saw asked for it) or the
+``Operation-Key`` header; the request stored and sent upstream is the POST with that
+argument removed, and the engine treats it like any other intent. What the engine did
+comes back as JSON-RPC (``render``). Everything else on the endpoint is forwarded
+unrecorded (``forward``), except an unclassified tool in strict mode, which is refused.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+
+from effect_broker.canonical import request_hash
+from effect_broker.config.contracts import Route
+from effect_broker.config.paths import RequestPath
+from effect_broker.engine.engine import Engine, Intent
+from effect_broker.engine.messages import StoredRequest
+from effect_broker.engine.results import Outcome
+from effect_broker.engine.targets import upstream_url
+from effect_broker.errors import (
+    BodyTooLarge,
+    EffectBrokerError,
+    InvalidMcpMessage,
+    RouteRefused,
+)
+from effect_broker.headers import upstream_request_headers
+from effect_broker.mcp import forward as passing
+from effect_broker.mcp.jsonrpc import (
+    BODY_TOO_LARGE,
+    TOOL_REFUSED,
+    Message,
+    Refusal,
+    RequestId,
+    check_routing_headers,
+    fingerprint_body,
+    forwarded_body,
+    parse_message,
+    take_operation_key,
+    tool_call,
+)
+from effect_broker.mcp.render import json_response, render
+from effect_broker.problems import jsonrpc_problem
+
+
+class McpEndpoint:
+    """Serves every MCP route of a proxy; one per process, built by the runtime."""
+
+    def __init__(self, engine: Engine, *, max_request_bytes: int) -> None:
+        self.engine = engine
+        self.session: aiohttp.ClientSession = engine.wiring.session
+        self.injected: Mapping[str, Mapping[str, str]] = engine.wiring.injected
+        self.max_request_bytes = max_request_bytes
+        # A client that goes away does not cancel its call: the engine keeps reading
+        # until the result or the contract's timeout. These hold the running calls.
+        self._running: set[asyncio.Task[Outcome]] = set()
+
+    async def __call__(
+        self, request: web.Request, route: Route, tenant: str, path: RequestPath
+    ) -> web.StreamResponse:
+        assert route.mcp is not None
+        origin = str(request.url.origin()) if _absolute(request) else None
+        url = upstream_url(
+            route, origin=origin, path=path, raw_query=request.rel_url.raw_query_string
+        )
+        inject = self.injected.get(route.name, {})
+        if request.method != "POST":
+            return await passing.forward(self.session, request, route, url, inject, None)
+        try:
+            body = await self._read_body(request)
+            message = parse_message(body)
+            check_routing_headers(
+                message,
+                request.headers.get("Mcp-Method"),
+                request.headers.get("Mcp-Name"),
+            )
+        except BodyTooLarge as exc:
+            response = _refused(exc, None, BODY_TOO_LARGE, status=413)
+            response.force_close()
+            return response
+        except Refusal as refusal:
+            return _refusal(refusal)
+        if message.method == "tools/list":
+            return await passing.list_tools(
+                self.session, request, route, url, inject, body, message.id
+            )
+        if message.method != "tools/call" or not message.is_request:
+            return await passing.forward(
+                self.session, request, route, url, inject, body, request_id=message.id
+            )
+        try:
+            return await self._tool_call(request, route, tenant, path, url, message, body)
+        except Refusal as refusal:
+            return _refusal(refusal)
+
+    async def _tool_call(
+        self,
+        request: web.Request,
+        route: Route,
+        tenant: str,
+        path: RequestPath,
+        url: str,
+        message: Message,
+        body: bytes,
+    ) -> web.StreamResponse:
+        mcp = route.mcp
+        assert mcp is not None
+        call = tool_call(message)
+        contract = mcp.tools.get(call.name)
+        if contract is None:
+            if call.name in mcp.read_only or mcp.unclassified == "pass":
+                inject = self.injected.get(route.name, {})
+                return await passing.forward(
+                    self.session, request, route, url, inject, body, request_id=call.id
+                )
+            return _refused(
+                RouteRefused(
+                    f"tool {call.name!r} is not classified on route {route.name!r}: "
+                    "the proxy cannot tell whether it has side effects, so it is "
+                    "refused. An operator lists it under mcp.tools (with a contract) "
+                    "or mcp.read_only in routes.yaml"
+                ),
+                call.id,
+                TOOL_REFUSED,
+            )
+        key, arguments = take_operation_key(
+            call,
+            mcp.operation_key_argument,
+            request.headers.get(route.operation_key_header),
+        )
+        bound = route.bound(contract)
+        fingerprint = request_hash(
+            method="tools/call",
+            route=route.name,
+            path=path.text,
+            query=b"",
+            body=fingerprint_body(call, arguments),
+            contract_name=contract.name,
+            contract_version=contract.version,
+        )
+        headers = upstream_request_headers(
+            request.headers.items(),
+            operation_key_header=route.operation_key_header,
+            downstream_header=contract.downstream_header,
+            downstream_key=None,
+            inject={},
+        )
+        stored = StoredRequest("POST", url, headers, forwarded_body(message, arguments))
+        intent = Intent(
+            tenant=tenant,
+            operation_key=key,
+            request_hash=fingerprint,
+            route=bound,
+            request=stored,
+            preview=_preview(path, call.name, body),
+        )
+        task = asyncio.ensure_future(self.engine.submit(intent))
+        self._running.add(task)
+        task.add_done_callback(self._running.discard)
+        outcome = await asyncio.shield(task)
+        return await render(outcome, call.id, request)
+
+    async def _read_body(self, request: web.Request) -> bytes:
+        limit = self.max_request_bytes
+        if request.content_length is not None and request.content_length > limit:
+            raise BodyTooLarge(
+                f"the body is {request.content_length} bytes; this proxy accepts {limit}"
+            )
+        body = bytearray()
+        async for chunk in request.content.iter_chunked(64 * 1024):
+            body += chunk
+            if len(body) > limit:
+                raise BodyTooLarge(f"the body is larger than the {limit} bytes accepted")
+        return bytes(body)
+
+
+def _absolute(request: web.Request) -> bool:
+    return request.raw_path.startswith(("http://", "https://"))
+
+
+def _preview(path: RequestPath, tool: str, body: bytes) -> dict[str, Any]:
+    """What an operator may see without decrypting: the tool, never its arguments."""
+    return {
+        "method": "POST",
+        "path": path.text,
+        "mcp_tool": tool,
+        "content_type": "application/json",
+        "body_bytes": len(body),
+    }
+
+
+def _refusal(refusal: Refusal) -> web.Response:
+    """A message refused before anything was forwarded."""
+    status = 200 if refusal.request_id is not None else 400
+    return _refused(
+        InvalidMcpMessage(refusal.message),
+        refusal.request_id,
+        refusal.code,
+        status=status,
+    )
+
+
+def _refused(
+    error: EffectBrokerError,
+    request_id: RequestId | None,
+    code: int,
+    *,
+    status: int = 200,
+) -> web.Response:
+    answer = jsonrpc_problem(error, request_id=request_id, code=code, status=status)
+    return json_response(answer)

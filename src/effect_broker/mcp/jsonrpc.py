@@ -1,0 +1,285 @@
+"""JSON-RPC 2.0 messages of the MCP Streamable HTTP transport, parsed strictly (no I/O).
+
+The proxy only ever looks inside a POST body to classify it: one JSON object, a
+request, notification or response. Anything else (a batch array, a scalar, a
+``tools/call`` without a tool name) is refused before a byte is forwarded: a message
+the proxy cannot classify could be an unrecorded effect.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import re
+import unicodedata
+from dataclasses import dataclass
+from typing import Any
+
+from effect_broker.canonical import canonical_json
+from effect_broker.errors import CanonicalizationError
+
+RequestId = str | int
+
+PARSE_ERROR = -32700
+INVALID_REQUEST = -32600
+METHOD_NOT_FOUND = -32601
+INVALID_PARAMS = -32602
+INTERNAL_ERROR = -32603
+HEADER_MISMATCH = -32020  # the 2026-07-28 revision's code for headers vs body
+# Server-defined codes (-32000..-32099) for what the proxy itself answers.
+TOOL_REFUSED = -32010
+PAYLOAD_MISMATCH = -32011
+IN_FLIGHT = -32012
+OUTCOME_UNKNOWN = -32013
+NOT_SENT = -32014
+BODY_TOO_LARGE = -32015
+RESOLVED_BY_OPERATOR = -32016
+PROXY_ERROR = -32017
+
+MAX_OPERATION_KEY = 255
+# Methods whose Mcp-Name header names a body parameter (sessionless revision).
+NAME_BEARING = {"tools/call": "name", "prompts/get": "name", "resources/read": "uri"}
+_BASE64_VALUE = re.compile(r"=\?base64\?(?P<payload>[A-Za-z0-9+/]*={0,2})\?=")
+
+
+class Refusal(Exception):
+    """A message refused before anything was forwarded, as a JSON-RPC error."""
+
+    def __init__(
+        self, code: int, message: str, request_id: RequestId | None = None
+    ) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.request_id = request_id
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    """One JSON-RPC message: ``method`` is None for a response to a server request,
+    ``id`` is None for a notification."""
+
+    body: dict[str, Any]
+    method: str | None
+    id: RequestId | None
+
+    @property
+    def is_request(self) -> bool:
+        return self.method is not None and "id" in self.body
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    id: RequestId
+    name: str
+    arguments: dict[str, Any]
+
+
+def parse_message(body: bytes) -> Message:
+    """The POST body as one message, or a ``Refusal`` saying what is wrong with it."""
+    try:
+        value = json.loads(canonical_json(body))  # strict: duplicates, NaN, UTF-8
+    except CanonicalizationError as exc:
+        raise Refusal(PARSE_ERROR, f"the body is not valid JSON: {exc.message}") from None
+    if isinstance(value, list):
+        raise Refusal(
+            INVALID_REQUEST,
+            "JSON-RPC batches are not accepted here: send one message per request",
+        )
+    if not isinstance(value, dict):
+        raise Refusal(
+            INVALID_REQUEST, "the body must be one JSON-RPC message (an object)"
+        )
+    request_id = value.get("id")
+    if request_id is not None and (
+        isinstance(request_id, bool) or not isinstance(request_id, str | int)
+    ):
+        raise Refusal(INVALID_REQUEST, "a JSON-RPC id is a string or an integer")
+    if value.get("jsonrpc") != "2.0":
+        raise Refusal(
+            INVALID_REQUEST, 'a JSON-RPC message has "jsonrpc": "2.0"', request_id
+        )
+    method = value.get("method")
+    if method is None:
+        if "id" not in value or ("result" not in value and "error" not in value):
+            raise Refusal(
+                INVALID_REQUEST,
+                "a message without a method must be a response",
+                request_id,
+            )
+        return Message(value, None, request_id)
+    if not isinstance(method, str) or not method:
+        raise Refusal(
+            INVALID_REQUEST, "the method must be a non-empty string", request_id
+        )
+    return Message(value, method, request_id)
+
+
+def tool_call(message: Message) -> ToolCall:
+    """The name and arguments of a ``tools/call`` request."""
+    if message.id is None:
+        raise Refusal(INVALID_REQUEST, "tools/call is a request: it needs an id")
+    params = message.body.get("params")
+    if not isinstance(params, dict):
+        raise Refusal(INVALID_PARAMS, "tools/call needs params: an object", message.id)
+    name = params.get("name")
+    if not isinstance(name, str) or not name:
+        raise Refusal(
+            INVALID_PARAMS, "tools/call needs params.name: the tool's name", message.id
+        )
+    arguments = params.get("arguments", {})
+    if not isinstance(arguments, dict):
+        raise Refusal(
+            INVALID_PARAMS, "tools/call params.arguments must be an object", message.id
+        )
+    return ToolCall(message.id, name, arguments)
+
+
+def take_operation_key(
+    call: ToolCall, argument: str, header_value: str | None
+) -> tuple[str, dict[str, Any]]:
+    """The operation key and the arguments without it (what the target receives).
+
+    The key comes from the argument the proxy added to the schema, or from the
+    ``Operation-Key`` header; when both are sent they must agree.
+    """
+    rest = {name: value for name, value in call.arguments.items() if name != argument}
+    given = call.arguments.get(argument)
+    if given is not None and not isinstance(given, str):
+        raise Refusal(
+            INVALID_PARAMS, f"the argument {argument!r} must be a string", call.id
+        )
+    if given and header_value and given != header_value:
+        raise Refusal(
+            INVALID_PARAMS,
+            f"the argument {argument!r} and the Operation-Key header disagree; send one",
+            call.id,
+        )
+    key = given or header_value
+    if not key:
+        raise Refusal(
+            INVALID_PARAMS,
+            f"tool {call.name!r} has side effects: add the argument {argument!r}, a "
+            "string naming this intent (e.g. 'order-42:charge'), and send the same "
+            "value on every retry of it",
+            call.id,
+        )
+    problem = key_problem(key)
+    if problem is not None:
+        raise Refusal(INVALID_PARAMS, f"{argument}: {problem}", call.id)
+    return key, rest
+
+
+def key_problem(key: str) -> str | None:
+    if len(key) > MAX_OPERATION_KEY:
+        return f"the key is {len(key)} characters long; the limit is {MAX_OPERATION_KEY}"
+    if any(unicodedata.category(ch) in ("Cc", "Cs") for ch in key):
+        return "the key must be printable text without control characters"
+    return None
+
+
+def fingerprint_body(call: ToolCall, arguments: dict[str, Any]) -> bytes:
+    """What binds a key to its intent: the tool and its arguments (RFC 8785), never the
+    JSON-RPC id, ``_meta``, the session or the progress token, which change per try."""
+    document = {"tool": call.name, "arguments": arguments}
+    return canonical_json(json.dumps(document, ensure_ascii=False).encode())
+
+
+def forwarded_body(message: Message, arguments: dict[str, Any]) -> bytes:
+    """The request as the target receives it: the operation key argument removed."""
+    params = dict(message.body["params"])
+    params["arguments"] = arguments
+    return json.dumps({**message.body, "params": params}).encode()
+
+
+def find_response(content_type: str | None, body: bytes) -> dict[str, Any] | None:
+    """The JSON-RPC response in an answer sent as JSON or as an SSE stream."""
+    if (content_type or "").split(";")[0].strip().lower() == "text/event-stream":
+        for data in sse_data(body):
+            found = _response(data)
+            if found is not None:
+                return found
+        return None
+    return _response(body)
+
+
+def sse_data(body: bytes) -> list[bytes]:
+    """The ``data`` of each event of an SSE stream (multi-line data joined)."""
+    events: list[bytes] = []
+    lines: list[bytes] = []
+    for raw in body.replace(b"\r\n", b"\n").split(b"\n"):
+        if not raw:
+            if lines:
+                events.append(b"\n".join(lines))
+            lines = []
+        elif raw.startswith(b"data:"):
+            lines.append(raw[5:].removeprefix(b" "))
+    if lines:
+        events.append(b"\n".join(lines))
+    return events
+
+
+def _response(data: bytes) -> dict[str, Any] | None:
+    try:
+        value = json.loads(data)
+    except (ValueError, RecursionError):
+        return None
+    if (
+        isinstance(value, dict)
+        and "id" in value
+        and ("result" in value or "error" in value)
+    ):
+        return value
+    return None
+
+
+def encode(document: dict[str, Any]) -> bytes:
+    return json.dumps(document, separators=(",", ":")).encode()
+
+
+def result_document(request_id: RequestId | None, answer: dict[str, Any]) -> bytes:
+    """The stored answer's ``result`` or ``error`` under this request's own id."""
+    out: dict[str, Any] = {"jsonrpc": "2.0", "id": request_id}
+    if "error" in answer:
+        out["error"] = answer["error"]
+    else:
+        out["result"] = answer.get("result")
+    return encode(out)
+
+
+def check_routing_headers(
+    message: Message, method_header: str | None, name_header: str | None
+) -> None:
+    """The sessionless revision names the call in ``Mcp-Method`` and ``Mcp-Name``;
+    an intermediary that routes by them must not see one call while the server runs
+    another, so a header that disagrees with the body is refused."""
+    if method_header is not None and method_header != message.method:
+        raise Refusal(
+            HEADER_MISMATCH,
+            f"the Mcp-Method header {method_header[:80]!r} does not match the body's "
+            f"method {str(message.method)[:80]!r}",
+            message.id,
+        )
+    key = NAME_BEARING.get(message.method or "")
+    if name_header is None or key is None:
+        return
+    params = message.body.get("params")
+    value = params.get(key) if isinstance(params, dict) else None
+    if _header_text(name_header) != value:
+        raise Refusal(
+            HEADER_MISMATCH,
+            f"the Mcp-Name header does not match the body's params.{key}",
+            message.id,
+        )
+
+
+def _header_text(value: str) -> str | None:
+    """A header value, decoded from the ``=?base64?...?=`` form non-ASCII needs."""
+    found = _BASE64_VALUE.fullmatch(value)
+    if found is None:
+        return value
+    try:
+        return base64.b64decode(found["payload"], validate=True).decode("utf-8")
+    except (binascii.Error, UnicodeDecodeError):
+        return None

@@ -1,0 +1,129 @@
+"""A real MCP server for tests, written with the official SDK, that counts the calls
+each tool really ran in its own store: the ground truth the proxy's claims are checked
+against. Served by uvicorn on a loopback socket inside the test's event loop."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from collections import Counter
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import uvicorn
+from mcp.server.mcpserver import MCPServer
+
+
+@dataclass
+class ToolStore:
+    """What the server really did: calls per tool, and the arguments each received."""
+
+    calls: Counter[str] = field(default_factory=Counter)
+    received: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    hang: asyncio.Event = field(default_factory=asyncio.Event)  # never set: hangs
+
+
+def build_server(store: ToolStore) -> MCPServer:
+    server = MCPServer("billing")
+
+    @server.tool()
+    def create_charge(amount: int, currency: str) -> dict[str, Any]:
+        """Charge the customer."""
+        store.calls["create_charge"] += 1
+        store.received.append(("create_charge", {"amount": amount, "currency": currency}))
+        return {"charge_id": f"ch_{store.calls['create_charge']}", "amount": amount}
+
+    @server.tool()
+    def refund(charge_id: str, idempotency_key: str = "") -> str:
+        """Refund a charge; deduplicates on idempotency_key."""
+        store.calls["refund"] += 1
+        store.received.append(
+            ("refund", {"charge_id": charge_id, "idempotency_key": idempotency_key})
+        )
+        return f"refunded {charge_id}"
+
+    @server.tool()
+    async def send_receipt_email(to: str) -> str:
+        """Send an email; hangs forever (the server never answers)."""
+        store.calls["send_receipt_email"] += 1
+        await store.hang.wait()
+        return "sent"
+
+    @server.tool()
+    def get_balance() -> int:
+        """Read the balance."""
+        store.calls["get_balance"] += 1
+        return 100
+
+    @server.tool()
+    def delete_everything() -> str:
+        """Not classified in routes.yaml."""
+        store.calls["delete_everything"] += 1
+        return "gone"
+
+    return server
+
+
+@asynccontextmanager
+async def serve_mcp(store: ToolStore, *, stateless: bool = False) -> AsyncIterator[str]:
+    """Serve the test server; yields its base URL (the endpoint is /mcp)."""
+    app = build_server(store).streamable_http_app(stateless_http=stateless)
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
+    task = asyncio.create_task(server.serve(sockets=[sock]))
+    try:
+        while not server.started:
+            if task.done():
+                task.result()
+            await asyncio.sleep(0.01)  # polls uvicorn's start flag, not a timing guess
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        store.hang.set()
+        server.should_exit = True
+        await task
+        sock.close()
+
+
+MCP_ROUTES = """\
+version: 1
+contracts:
+  - name: billing.charge
+    version: "1"
+    safety: idempotent
+    idempotency_header: Idempotency-Key
+    key_retention: 1h
+    timeout: 5s
+  - name: billing.refund
+    version: "1"
+    safety: idempotent
+    idempotency_argument: idempotency_key
+    key_retention: 1h
+    timeout: 5s
+  - name: email.send
+    version: "1"
+    safety: unsafe
+    timeout: {timeout}
+routes:
+  - name: billing-mcp
+    match: {{path: /mcp}}
+    upstream: {upstream}
+    mcp:
+      tools:
+        create_charge: {{contract: billing.charge}}
+        refund: {{contract: billing.refund}}
+        send_receipt_email: {{contract: email.send}}
+      read_only: [get_balance]
+      unclassified: {unclassified}
+"""
+
+
+def mcp_routes(
+    upstream: str, *, timeout: str = "1s", unclassified: str = "reject"
+) -> str:
+    return MCP_ROUTES.format(
+        upstream=upstream, timeout=timeout, unclassified=unclassified
+    )
