@@ -20,9 +20,11 @@ from typing import Annotated, Any, TypeVar
 from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
 
 from effect_broker.config.contracts import DEFAULT_OPERATION_KEY_HEADER
-from effect_broker.config.routes_models import (
+from effect_broker.config.routes_fields import (
     NAME_PATTERN,
     TOKEN_PATTERN,
+)
+from effect_broker.config.routes_models import (
     ContractSection,
     IdempotentContract,
     MatchSection,

@@ -20,7 +20,7 @@ from pydantic import BaseModel, ValidationError
 from pydantic.fields import FieldInfo
 from pydantic_core import ErrorDetails
 
-from effect_broker.config.routes_models import (
+from effect_broker.config.routes_fields import (
     HEADER_VALUE_PATTERN,
     JSON_POINTER_PATTERN,
     METHOD_PATTERN,
@@ -28,9 +28,11 @@ from effect_broker.config.routes_models import (
     PREFIX_PATTERN,
     PROBE_PATH_PATTERN,
     ROUTE_PATH_PATTERN,
-    SAFETY_CHOICES,
     TOKEN_PATTERN,
     UPSTREAM_PATTERN,
+)
+from effect_broker.config.routes_models import (
+    SAFETY_CHOICES,
     ContractBase,
     class_field_owner,
     safety_of,
