@@ -134,9 +134,8 @@ class Engine:
             return await self._fenced(
                 self._advance(effect, route, intent.request), effect
             )
-        if (
-            effect.status is EffectStatus.DISPATCHING
-        ):  # reserved and started in one commit
+        if effect.status is EffectStatus.DISPATCHING:
+            # Reserved and started in one commit: ours to send now.
             return await self._fenced(self._send(effect, route, intent.request), effect)
         return await self._fenced(
             self._advance(effect, route, intent.request, owned=True), effect
