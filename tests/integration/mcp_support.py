@@ -23,6 +23,7 @@ class ToolStore:
     calls: Counter[str] = field(default_factory=Counter)
     received: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
     hang: asyncio.Event = field(default_factory=asyncio.Event)  # never set: hangs
+    captures: dict[str, str] = field(default_factory=dict)  # idempotency key -> id
 
 
 def build_server(store: ToolStore) -> MCPServer:
@@ -43,6 +44,22 @@ def build_server(store: ToolStore) -> MCPServer:
             ("refund", {"charge_id": charge_id, "idempotency_key": idempotency_key})
         )
         return f"refunded {charge_id}"
+
+    @server.tool()
+    async def capture_payment(order_id: str, idempotency_key: str = "") -> str:
+        """Capture once per key; the first time, the answer never comes back."""
+        store.calls["capture_payment"] += 1
+        store.received.append(
+            (
+                "capture_payment",
+                {"order_id": order_id, "idempotency_key": idempotency_key},
+            )
+        )
+        if idempotency_key in store.captures:
+            return store.captures[idempotency_key]
+        store.captures[idempotency_key] = f"cap_{order_id}"
+        await store.hang.wait()  # committed, then silent: the outcome is lost
+        return store.captures[idempotency_key]
 
     @server.tool()
     async def send_receipt_email(to: str) -> str:
@@ -103,6 +120,12 @@ contracts:
     idempotency_argument: idempotency_key
     key_retention: 1h
     timeout: 5s
+  - name: billing.capture
+    version: "1"
+    safety: idempotent
+    idempotency_argument: idempotency_key
+    key_retention: 1h
+    timeout: {timeout}
   - name: email.send
     version: "1"
     safety: unsafe
@@ -115,6 +138,7 @@ routes:
       tools:
         create_charge: {{contract: billing.charge}}
         refund: {{contract: billing.refund}}
+        capture_payment: {{contract: billing.capture}}
         send_receipt_email: {{contract: email.send}}
       read_only: [get_balance]
       unclassified: {unclassified}

@@ -207,6 +207,28 @@ async def test_hanging_unsafe_tool_is_unknown_and_never_resent(
     ]
 
 
+async def test_a_lost_idempotent_result_is_resent_with_the_same_key_and_done_once(
+    database_url: str, tmp_path: Path
+) -> None:
+    """The server committed and went silent: the retry is sent again, under the same
+    derived key, and the server's own deduplication returns the first capture."""
+    store = ToolStore()
+    async with mcp_broker(database_url, tmp_path, store) as broker, client(broker) as s:
+        arguments = {"order_id": "o-9", "operation_key": "capture-9"}
+        with pytest.raises(MCPError) as lost:
+            await s.call_tool("capture_payment", arguments)
+        retry = await s.call_tool("capture_payment", arguments)
+        rows = await ledger_rows(database_url)
+    assert lost.value.error.data["type"].endswith("/outcome-unknown")
+    assert retry.content[0].text == "cap_o-9"
+    keys = [received["idempotency_key"] for _, received in store.received]
+    assert len(keys) == 2 and keys[0] == keys[1] != "capture-9"
+    assert store.captures == {keys[0]: "cap_o-9"}  # captured once
+    assert [(r["operation_key"], r["status"]) for r in rows] == [
+        ("capture-9", "succeeded")
+    ]
+
+
 async def test_idempotency_argument_carries_the_derived_key(
     database_url: str, tmp_path: Path
 ) -> None:
