@@ -43,6 +43,8 @@ from effect_broker.proxy.tls_ca import CertificateAuthorityError, trust_bundle
 console = Console(stderr=True, highlight=False, soft_wrap=True)
 
 DEMO_PORT = 9000
+#: ``python -m`` this: the packaged demo payment target.
+TARGET_MODULE = "effect_broker.demo.payment_target"
 TRY_IT = (
     "curl -x {proxy} -H 'Operation-Key: order-42:charge' "
     "-H 'Content-Type: application/json' "
@@ -71,12 +73,13 @@ def step(message: str) -> Iterator[None]:
 
 
 @contextmanager
-def demo_target(script: Path, data_dir: Path) -> Iterator[str]:
+def demo_target(data_dir: Path) -> Iterator[str]:
     """Run the demo payment target until the block ends; yields its URL."""
     process = subprocess.Popen(
         [
             sys.executable,
-            str(script),
+            "-m",
+            TARGET_MODULE,
             "--port",
             str(DEMO_PORT),
             "--db",
@@ -150,11 +153,10 @@ def up(
                 with step("starting embedded PostgreSQL"):
                     dsn = stack.enter_context(embedded_postgres(directory / "postgres"))
                 settings = settings.model_copy(update={"database_url": dsn})
-            script = settings.routes.resolve().parent / "examples" / "payment_target.py"
             target = None
-            if demo and script.exists():
+            if demo:
                 with step(f"starting the demo payment target on port {DEMO_PORT}"):
-                    target = stack.enter_context(demo_target(script, directory))
+                    target = stack.enter_context(demo_target(directory))
             banner = _banner(target, directory / "admin.token", trust)
             asyncio.run(run_proxy(settings, migrate=True, banner=banner))
         except EffectBrokerError as exc:
