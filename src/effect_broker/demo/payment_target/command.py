@@ -29,7 +29,8 @@ def _seconds(text: str) -> float:
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        description="Demo payment target with an authoritative SQLite charges table."
+        prog="python -m effect_broker.demo.payment_target",
+        description="Demo payment target with an authoritative SQLite charges table.",
     )
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on")
     parser.add_argument(
