@@ -16,7 +16,6 @@ COPY --from=build /wheels /wheels
 RUN pip install --no-cache-dir /wheels/*.whl && rm -rf /wheels
 WORKDIR /app
 COPY --chown=10001:10001 routes.yaml ./routes.yaml
-COPY --chown=10001:10001 examples ./examples
 USER 10001:10001
 ENV EFFECT_BROKER_LISTEN=0.0.0.0:8080 \
     EFFECT_BROKER_ADMIN_LISTEN=0.0.0.0:8081 \

@@ -9,32 +9,13 @@ change in the rules themselves cannot quietly make the matrix weaker.
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
 
+from effect_broker.demo import crash_matrix as runner
+
 pytestmark = pytest.mark.postgres
-
-RUNNER = Path(__file__).parents[2] / "examples" / "crash_matrix" / "runner.py"
-
-
-def load_runner() -> ModuleType:
-    name = "crash_matrix_runner"
-    if (loaded := sys.modules.get(name)) is not None:
-        return loaded
-    spec = importlib.util.spec_from_file_location(name, RUNNER)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # dataclasses look their module up while decorating
-    spec.loader.exec_module(module)
-    return module
-
-
-runner = load_runner()
 
 
 @pytest.fixture(scope="module")

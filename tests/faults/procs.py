@@ -26,14 +26,14 @@ import aiohttp
 import asyncpg
 
 from effect_broker.crypto import MasterKey
+from effect_broker.demo import payment_target
 from effect_broker.embedded import _server_module
 from effect_broker.store.migrations import apply_migrations
 from tests.conftest import with_database
-from tests.support import ROOT
 
 T = TypeVar("T")
 
-TARGET_SCRIPT = ROOT / "examples" / "payment_target.py"
+TARGET_MODULE = payment_target.MODULE
 #: ``effect-broker serve`` alone, so the suite does not depend on every CLI group.
 SERVE = "import typer; from effect_broker.cli.serve import serve; typer.run(serve)"
 PROXY_BANNER = re.compile(r"effect-broker proxy on (http://\S+), admin on (http://\S+?),")
@@ -192,7 +192,7 @@ class Target:
 async def start_target(stack: AsyncExitStack, directory: Path) -> Target:
     """The demo payment target on a free port; its SQLite table is the ground truth."""
     db = directory / "target.sqlite3"
-    argv = [sys.executable, str(TARGET_SCRIPT), "--port", "0", "--db", str(db)]
+    argv = [sys.executable, "-m", TARGET_MODULE, "--port", "0", "--db", str(db)]
     argv += ["--settlement-delay", str(SETTLEMENT_DELAY), "--key-retention", "86400"]
     process = await spawn(stack, "target", argv, directory / "target.log", os.environ)
     return Target((await process.wait_for_line(TARGET_BANNER)).group(1), db)

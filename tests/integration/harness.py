@@ -26,15 +26,13 @@ from effect_broker.admin.app import build_admin_app
 from effect_broker.config.routes_file import parse_routes
 from effect_broker.config.settings import Settings
 from effect_broker.crypto import MasterKey
+from effect_broker.demo import payment_target
 from effect_broker.proxy.app import build_proxy_app
 from effect_broker.proxy.connect import ConnectPolicy
 from effect_broker.proxy.edge import EdgeLimits
 from effect_broker.proxy.state import ProxyState
 from effect_broker.runtime import open_runtime
 from effect_broker.server import admin_state, connect_policy, leaf_contexts, start_site
-from tests.support import load_example
-
-payment_target = load_example("payment_target")
 
 PROBLEM_JSON = "application/problem+json"
 PROBLEMS = "https://effect-broker.dev/problems/"

@@ -7,6 +7,7 @@ invocation runs in a worker thread (``asyncio.to_thread``).
 from __future__ import annotations
 
 import asyncio
+import os
 import re
 import socket
 from collections.abc import AsyncIterator, Sequence
@@ -18,6 +19,7 @@ import pytest
 from typer.testing import CliRunner, Result
 
 from effect_broker.cli import _register, app
+from effect_broker.cli.local_state import RunningUp
 from effect_broker.models import EffectStatus
 from tests.integration.test_admin_api import (
     IDEMPOTENT,
@@ -31,6 +33,9 @@ from tests.integration.test_admin_api import (
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 BOLD_RED = "\x1b[1;31m"
+
+
+NO_UP = Path("/nonexistent/effect-broker-data")
 
 
 @pytest.fixture
@@ -53,6 +58,7 @@ async def cli(
         "COLUMNS": "250",
         "EFFECT_BROKER_ADMIN_TOKEN": None,
         "EFFECT_BROKER_ADMIN_URL": None,
+        "EFFECT_BROKER_DATA_DIR": str(NO_UP),  # never a developer's own ./.effect-broker
         **(env or {}),
     }
     runner = CliRunner()
@@ -96,6 +102,32 @@ async def test_list_marks_manual_review_in_yellow(admin: Admin) -> None:
     assert result.exit_code == 0, result.output
     assert "\x1b[33m" in line_with(result.stdout, effect_id[:8])
     assert "1 effect, 0 unknown, 1 in manual review" in plain(result.stdout)
+
+
+async def test_list_reads_url_and_token_from_a_running_up_and_says_so(
+    admin: Admin, tmp_path: Path
+) -> None:
+    await settled(admin.broker, IDEMPOTENT, "order-5:charge")
+    data_dir = tmp_path / ".effect-broker"
+    data_dir.mkdir()
+    RunningUp(os.getpid(), "http://127.0.0.1:1", admin.url).write(data_dir)
+    (data_dir / "admin.token").write_text(TOKEN + "\n")
+    _register()
+    env = {
+        "EFFECT_BROKER_ADMIN_URL": None,
+        "EFFECT_BROKER_ADMIN_TOKEN": None,
+        "EFFECT_BROKER_DATA_DIR": str(data_dir),
+    }
+
+    result = await asyncio.to_thread(
+        CliRunner().invoke, app, ["effects", "list", "--json"], env=env
+    )
+
+    assert result.exit_code == 0, result.output
+    assert plain(result.stderr).strip() == (
+        f"using {data_dir}/up.json, {data_dir}/admin.token"
+    )
+    assert "order-5:charge" in result.stdout
 
 
 async def test_list_reads_url_and_token_from_the_environment(admin: Admin) -> None:

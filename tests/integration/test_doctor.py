@@ -95,7 +95,7 @@ async def test_doctor_never_writes_to_the_ledger(
     await store.check_master_key(MasterKey.generate().key_id)
 
 
-async def test_after_up_an_unset_key_points_at_ups_key_file(
+async def test_after_up_an_unset_key_is_read_from_ups_key_file_and_said(
     database_url: str, store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     _, key = up_data_dir(tmp_path)
@@ -105,13 +105,24 @@ async def test_after_up_an_unset_key_points_at_ups_key_file(
     result = await run_doctor(database_url, None)
 
     text = flat(result)
-    assert result.exit_code == 1
-    assert (
-        "not set in this shell (found ./.effect-broker/master.key: "
-        "export EFFECT_BROKER_MASTER_KEY=$(cat .effect-broker/master.key))"
-    ) in text
+    assert result.output.splitlines()[0] == "using ./.effect-broker/master.key"
+    assert f"using ./.effect-broker/master.key: key id {key.key_id}" in text
     assert "the ledger was written with ./.effect-broker/master.key" in text
+    assert "master key FAIL" not in text and "ledger key FAIL" not in text
     assert "Create one" not in text
+
+
+async def test_an_unreadable_key_file_fails_and_is_named(
+    database_url: str, tmp_path: Path
+) -> None:
+    directory = tmp_path / ".effect-broker"
+    directory.mkdir()
+    (directory / "master.key").write_text("not a key\n")
+
+    result = await run_doctor(database_url, None, directory)
+
+    assert result.exit_code == 1
+    assert f"{directory}/master.key is not a valid key" in flat(result)
 
 
 async def test_a_wrong_key_is_told_apart_and_never_replaced_by_a_new_one(

@@ -42,10 +42,12 @@ def imported_modules(path: Path) -> set[str]:
 
 
 def test_only_the_store_imports_asyncpg() -> None:
+    """``demo/`` is exempt: the crash matrix audits the ledger from outside, with SQL of
+    its own, so that a bug in the store's queries cannot also hide from the proof."""
     offenders = [
         str(path.relative_to(PACKAGE))
         for path in PACKAGE.rglob("*.py")
-        if "store" not in path.relative_to(PACKAGE).parts
+        if not {"store", "demo"} & set(path.relative_to(PACKAGE).parts)
         and any(name.split(".")[0] == "asyncpg" for name in imported_modules(path))
     ]
     assert offenders == []
@@ -119,5 +121,20 @@ def test_the_import_contracts_refuse_an_engine_that_imports_the_proxy(
 
     assert result.returncode == 1, result.stdout
     assert "effect_broker.engine is not allowed to import effect_broker.proxy" in (
+        result.stdout
+    )
+
+
+def test_the_import_contracts_keep_the_demo_out_of_the_proxy(tmp_path: Path) -> None:
+    """The demo applications sit on top of the package; the proxy never imports them."""
+    src = tmp_path / "src"
+    shutil.copytree(PACKAGE, src / "effect_broker")
+    flow = src / "effect_broker" / "proxy" / "flow.py"
+    flow.write_text(flow.read_text() + "\nimport effect_broker.demo.payment_target\n")
+
+    result = _lint_imports(src)
+
+    assert result.returncode == 1, result.stdout
+    assert "effect_broker.proxy is not allowed to import effect_broker.demo" in (
         result.stdout
     )

@@ -22,12 +22,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient
 from pytest_aiohttp import AiohttpClient
 
-from tests.support import ROOT, load_example
-
-EXAMPLE = ROOT / "examples" / "payment_target.py"
-
-
-target = load_example("payment_target")
+from effect_broker.demo import payment_target as target
 
 Client = TestClient[Any, Any]
 MakeClient = Callable[..., Awaitable[Client]]
@@ -421,7 +416,8 @@ async def _start_target(db_path: Path) -> tuple[asyncio.subprocess.Process, str]
     """Run the example as ``effect-broker up`` does; wait for its listening line."""
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
-        str(EXAMPLE),
+        "-m",
+        target.MODULE,
         "--port",
         "0",
         "--db",

@@ -30,6 +30,7 @@ def _register() -> None:
         demo,
         doctor,
         effects,
+        init,
         keys,
         mcp,
         migrate,
@@ -48,6 +49,7 @@ def _register() -> None:
     app.add_typer(ca.ca_app, name="ca")
     app.command(name="migrate")(migrate.migrate)
     app.command(name="serve")(serve.serve)
+    app.command(name="init")(init.init)
     app.command(name="up")(up.up)
     app.command(name="reconciler")(reconciler.reconciler)
     app.command(name="doctor")(doctor.doctor)

@@ -1,53 +1,29 @@
 """``effect-broker demo crash-matrix``: the proof, run on this machine by one command.
 
-The matrix itself lives in ``examples/crash_matrix/`` next to the demo payment target
-and the scripted agent, as readable example code rather than package internals: it is
-what a user reads to check the claims. So this command finds it relative to the current
-directory (run it from a checkout) and imports it by path.
+The matrix ships in the package (``effect_broker.demo.crash_matrix``, beside the demo
+payment target it starts), so this command runs from any folder of any installation,
+not only from a checkout.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import shutil
-import sys
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from types import ModuleType
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 from rich.console import Console
 
+from effect_broker.demo import crash_matrix
 from effect_broker.embedded import embedded_postgres
-
-RUNNER = Path("examples") / "crash_matrix" / "runner.py"
-MODULE_NAME = "crash_matrix_runner"
 
 demo_app = typer.Typer(
     help="Demonstrations that run real processes against a real PostgreSQL.",
     no_args_is_help=True,
 )
-
-
-def load_runner(path: Path) -> ModuleType:
-    """Import the runner from ``path``; a clear error when this is not a checkout."""
-    if not path.is_file():
-        raise FileNotFoundError(
-            f"{path} not found: run this from a checkout of effect-broker (the matrix "
-            "lives in examples/crash_matrix/, beside the demo payment target)"
-        )
-    if (loaded := sys.modules.get(MODULE_NAME)) is not None:
-        return loaded
-    spec = importlib.util.spec_from_file_location(MODULE_NAME, path.resolve())
-    if spec is None or spec.loader is None:
-        raise ImportError(f"cannot import {path}")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[MODULE_NAME] = module  # its dataclasses look the module up by name
-    spec.loader.exec_module(module)
-    return module
 
 
 @contextmanager
@@ -60,8 +36,18 @@ def postgres_server(database_url: str | None, scratch: Path) -> Iterator[str]:
         yield dsn
 
 
+def _known(kind: str, given: list[str] | None, known: tuple[str, ...]) -> list[str]:
+    """The ``--mode``/``--scenario`` values, all of them when none is given."""
+    for value in given or ():
+        if value not in known:
+            raise typer.BadParameter(
+                f"{value!r} is not one of: {', '.join(known)}", param_hint=f"--{kind}"
+            )
+    return list(given or known)
+
+
 @demo_app.command("crash-matrix")
-def crash_matrix(
+def crash_matrix_command(
     database_url: Annotated[
         str | None,
         typer.Option(
@@ -75,32 +61,40 @@ def crash_matrix(
         typer.Option(help="keep every cell's logs and ledger history here"),
     ] = None,
     parallel: Annotated[int, typer.Option(min=1, help="cells run at once")] = 3,
+    mode: Annotated[
+        list[str] | None,
+        typer.Option(help="only this safety class (repeatable) [default: all]"),
+    ] = None,
+    scenario: Annotated[
+        list[str] | None,
+        typer.Option(help="only this scenario (repeatable) [default: all]"),
+    ] = None,
 ) -> None:
     """Kill the proxy at every failpoint, freeze it, race it; count the target's charges.
 
-    Exits 1 if any cell breaks its rule (see examples/crash_matrix/runner.py).
+    Exits 1 if any cell breaks its rule (the rules: effect_broker/demo/crash_matrix/
+    verdicts.py).
     """
+    modes = _known("mode", mode, crash_matrix.MODES)
+    scenarios = _known("scenario", scenario, crash_matrix.SCENARIOS)
     console = Console()
     if not console.is_terminal:
         console = Console(width=160)  # a log or a pipe: room for the table's verdicts
-    try:
-        runner = load_runner(Path.cwd() / RUNNER)
-    except (OSError, ImportError) as exc:
-        console.print(f"[red]error:[/] {exc}", highlight=False)
-        raise typer.Exit(2) from exc
     scratch = Path(tempfile.mkdtemp(prefix="effect-broker-crash-matrix-"))
     cells = workdir or scratch / "cells"
     try:
         with postgres_server(database_url, scratch) as server:
             if database_url is None:
                 console.print("embedded PostgreSQL started", highlight=False)
-            result: Any = runner.run_matrix(
+            result = crash_matrix.run_matrix(
                 server,
                 cells,
                 progress=lambda line: console.print(line, highlight=False),
+                modes=modes,
+                scenarios=scenarios,
                 parallel=parallel,
             )
-        runner.report(console, result)
+        crash_matrix.report(console, result)
     finally:
         shutil.rmtree(scratch / "postgres", ignore_errors=True)
     if result.ok:

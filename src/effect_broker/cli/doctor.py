@@ -25,6 +25,7 @@ from effect_broker.cli.doctor_keys import (
     configured_key,
     ledger_key,
 )
+from effect_broker.cli.local_state import up_database, using
 from effect_broker.cli.options import DatabaseUrl, Routes, settings_from
 from effect_broker.config.routes_config import RoutesConfig
 from effect_broker.config.routes_file import load_routes, resolve_inject_headers
@@ -89,23 +90,6 @@ async def _upstreams(config: RoutesConfig) -> list[Finding]:
             )
         )
     return findings
-
-
-def up_database(data_dir: Path) -> str | None:
-    """The DSN of the embedded PostgreSQL that ``up`` runs in ``data_dir``, if running.
-
-    Read from the server's own ``postmaster.pid`` (port and socket directory), so a
-    doctor in another shell checks the ledger ``up`` serves without being told.
-    """
-    try:
-        lines = (data_dir / "postgres" / "postmaster.pid").read_text().splitlines()
-        pid, port, socket_dir = int(lines[0]), int(lines[3]), lines[4].strip()
-        os.kill(pid, 0)
-    except (OSError, ValueError, IndexError):
-        return None
-    if not socket_dir:
-        return None
-    return f"postgresql://postgres@/postgres?host={socket_dir}&port={port}"
 
 
 async def diagnose(settings: Settings) -> list[Finding]:
@@ -288,6 +272,14 @@ def doctor(
 ) -> None:
     """Check routes, secrets, master key, database, migrations, clock, CA, upstreams."""
     settings = settings_from(routes=routes, database_url=database_url, data_dir=data_dir)
+    used: list[Path] = []
+    no_key = settings.master_key is None and settings.master_keys is None
+    if no_key and (key_file := KeyFile.find(settings.data_dir)) is not None:
+        used.append(key_file.path)
+    if settings.database_url is None and up_database(settings.data_dir) is not None:
+        used.append(settings.data_dir / "postgres")
+    if used:
+        console.print(using(used), highlight=False)
     findings = asyncio.run(diagnose(settings))
     table = Table("check", "result", "detail", title="effect-broker doctor")
     for finding in findings:

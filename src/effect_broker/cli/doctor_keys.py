@@ -1,11 +1,11 @@
 """The master key checks of ``effect-broker doctor``, aware of what ``up`` leaves behind.
 
 ``up`` keeps its key in ``<data dir>/master.key`` and never exports it, so a doctor run
-in another shell sees no ``EFFECT_BROKER_MASTER_KEY``. Advising a new key there would be
-harmful: a ledger refuses any key but the one that encrypted its payloads, and payloads
-stored under a lost key cannot be read again. So these checks tell "not set in this
-shell" (with the file to export) from "wrong key for this ledger", and only suggest a
-new key while no ledger holds payloads.
+in another shell sees no ``EFFECT_BROKER_MASTER_KEY``. Like ``serve``, doctor then uses
+that file (and says so). Advising a new key would be harmful: a ledger refuses any key
+but the one that encrypted its payloads, and payloads stored under a lost key cannot be
+read again. So these checks tell "wrong key for this ledger" apart, name the file that
+holds the right one, and only suggest a new key while no ledger holds payloads.
 """
 
 from __future__ import annotations
@@ -86,9 +86,11 @@ def configured_key(
             ), None
         return KeyFinding(True, f"key id {master.key_id}"), Keyring(master)
     if key_file is not None:
-        detail = f"not set in this shell (found {key_file.shown}: {key_file.export})"
-        keyring = Keyring(key_file.key) if key_file.key is not None else None
-        return KeyFinding(False, detail), keyring
+        if key_file.key is None:
+            detail = f"{VARIABLE} is not set and {key_file.shown} is not a valid key"
+            return KeyFinding(False, detail), None
+        detail = f"using {key_file.shown}: key id {key_file.key.key_id}"
+        return KeyFinding(True, detail), Keyring(key_file.key)
     if holds_payloads:
         assert ledger_keys is not None
         return KeyFinding(

@@ -22,9 +22,8 @@ from rich.table import Table
 from rich.text import Text
 
 from effect_broker.cli.effects_table import effects_table
+from effect_broker.cli.local_state import DEFAULT_ADMIN_URL, admin_access, using
 from effect_broker.client.admin import AdminProblem, AdminUnreachable, EffectsClient
-
-DEFAULT_ADMIN_URL = "http://127.0.0.1:8081"
 
 # Effects that wait on proof or a person must stand out in every listing.
 STATUS_STYLES: Mapping[str, str] = {
@@ -40,11 +39,13 @@ effects_app = typer.Typer(
 )
 
 AdminUrl = Annotated[
-    str,
+    str | None,
     typer.Option(
         "--admin-url",
         envvar="EFFECT_BROKER_ADMIN_URL",
-        help="admin API base URL",
+        help="admin API base URL [default: that of an `effect-broker up` running "
+        f"from this folder, else {DEFAULT_ADMIN_URL}]",
+        show_default=False,
     ),
 ]
 Token = Annotated[
@@ -83,6 +84,14 @@ def _reported() -> Iterator[None]:
     except AdminUnreachable as exc:
         err.print(Text("error: ", style="bold red") + Text(str(exc)))
         raise typer.Exit(1) from None
+
+
+def _client(admin_url: str | None, token: str | None) -> EffectsClient:
+    """The admin client; with a flag or variable unset, what ``up`` left here (said)."""
+    admin_url, token, used = admin_access(admin_url, token)
+    if used:
+        Console(stderr=True, highlight=False, soft_wrap=True).print(using(used))
+    return EffectsClient(admin_url, token)
 
 
 def _status(status: str) -> Text:
@@ -175,12 +184,12 @@ def list_effects(
     as_json: Annotated[
         bool, typer.Option("--json", help="the same as --output json", hidden=True)
     ] = False,
-    admin_url: AdminUrl = DEFAULT_ADMIN_URL,
+    admin_url: AdminUrl = None,
     token: Token = None,
 ) -> None:
     """List effects, newest first; unknown and manual-review ones stand out."""
     with _reported():
-        page = EffectsClient(admin_url, token).list(
+        page = _client(admin_url, token).list(
             status=status or [],
             route=route,
             operation_key_prefix=prefix,
@@ -257,12 +266,12 @@ def inspect(
         typer.Option("--at-sequence", min=1, help="also show the state after event N"),
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print the raw JSON")] = False,
-    admin_url: AdminUrl = DEFAULT_ADMIN_URL,
+    admin_url: AdminUrl = None,
     token: Token = None,
 ) -> None:
     """Show one effect, what its contract can prove, and its event history."""
     with _reported():
-        client = EffectsClient(admin_url, token)
+        client = _client(admin_url, token)
         effect = client.inspect(_full_id(client, effect_id), at_sequence=at_sequence)
     out = _out()
     if as_json:
@@ -315,12 +324,12 @@ def inspect(
 @effects_app.command("reconcile")
 def reconcile(
     effect_id: Annotated[str, typer.Argument(help="the effect's id")],
-    admin_url: AdminUrl = DEFAULT_ADMIN_URL,
+    admin_url: AdminUrl = None,
     token: Token = None,
 ) -> None:
     """Have the reconciler look at an effect now (never resends an unsafe one)."""
     with _reported():
-        client = EffectsClient(admin_url, token)
+        client = _client(admin_url, token)
         effect = client.reconcile(_full_id(client, effect_id))
     _out().print(
         Text(f"effect {effect['id']} is ")
@@ -367,12 +376,12 @@ def resolve(
     external_id: Annotated[
         str | None, typer.Option("--external-id", help="the target's id for it")
     ] = None,
-    admin_url: AdminUrl = DEFAULT_ADMIN_URL,
+    admin_url: AdminUrl = None,
     token: Token = None,
 ) -> None:
     """Settle an unknown or manual-review effect by hand, with a reason and evidence."""
     with _reported():
-        client = EffectsClient(admin_url, token)
+        client = _client(admin_url, token)
         effect = client.resolve(
             _full_id(client, effect_id),
             resolution.value,

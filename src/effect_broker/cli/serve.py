@@ -6,10 +6,12 @@ import asyncio
 import errno
 import logging
 import re
+from collections.abc import Callable
 
 import typer
 from rich.console import Console
 
+from effect_broker.cli.local_state import up_database, using, with_up_secrets
 from effect_broker.cli.options import (
     AdminListen,
     CaCert,
@@ -91,9 +93,14 @@ def bind_failure(settings: Settings, exc: OSError) -> EffectBrokerError | None:
 
 
 async def run_proxy(
-    settings: Settings, *, migrate: bool = False, banner: str | None = None
+    settings: Settings,
+    *,
+    migrate: bool = False,
+    banner: str | None = None,
+    on_ready: Callable[[str, str], None] | None = None,
 ) -> None:
-    """Serve until SIGINT/SIGTERM. ``banner`` may use {proxy} and {admin} URLs.
+    """Serve until SIGINT/SIGTERM. ``banner`` may use {proxy} and {admin} URLs;
+    ``on_ready`` gets both URLs once the ports are open (``up`` records them).
 
     Every failure a person can fix (routes, database, addresses) leaves as an
     ``EffectBrokerError`` whose message is the whole story: callers print one line.
@@ -121,6 +128,8 @@ async def run_proxy(
                 console.print(
                     banner.format(proxy=proxy_url, admin=admin_url), highlight=False
                 )
+            if on_ready is not None:
+                on_ready(proxy_url, admin_url)
 
         try:
             await serve_until_stopped(
@@ -162,6 +171,12 @@ def serve(
         ca_cert=ca_cert,
         ca_key=ca_key,
     )
+    settings, used = with_up_secrets(settings)
+    if settings.database_url is None and (dsn := up_database(settings.data_dir)):
+        settings = settings.model_copy(update={"database_url": dsn})
+        used.append(settings.data_dir / "postgres")
+    if used:
+        console.print(using(used), highlight=False)
     try:
         asyncio.run(run_proxy(settings))
     except EffectBrokerError as exc:

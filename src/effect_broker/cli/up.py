@@ -1,8 +1,14 @@
 """``effect-broker up``: the whole thing on a fresh machine, in one command.
 
 An embedded PostgreSQL in the data directory (unless a database URL is given), a master
-key generated once and kept there (mode 0600), migrations, the demo payment target from
-``examples/``, then the proxy and admin ports. Ctrl-C stops all of it.
+key generated once and kept there (mode 0600), migrations, with ``--demo`` the packaged
+demo payment target, then the proxy and admin ports. Ctrl-C stops all of it.
+
+The routes file is found and validated first: a folder without one, or a broken one,
+ends in one line before any key, CA or database cluster is created. ``--demo`` in a
+folder without a routes file serves the packaged demo routes. The demo target is never
+started implicitly: a sidecar that silently answered on port 9000 could stand in for the
+user's own service there.
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
+from importlib.resources import as_file
 from pathlib import Path
 from typing import Annotated
 
@@ -24,6 +31,8 @@ from pydantic import SecretStr
 from rich.console import Console
 
 from effect_broker.cli.ca import ensure_ca, trust_lines
+from effect_broker.cli.init import STARTER_ROUTES
+from effect_broker.cli.local_state import RUNNING_FILE, RunningUp, shown
 from effect_broker.cli.options import (
     AdminListen,
     DatabaseUrl,
@@ -34,6 +43,7 @@ from effect_broker.cli.options import (
     settings_from,
 )
 from effect_broker.cli.serve import announce_failpoints, run_proxy
+from effect_broker.config.routes_file import load_routes
 from effect_broker.config.settings import Settings
 from effect_broker.crypto import MasterKey
 from effect_broker.embedded import embedded_postgres
@@ -43,6 +53,12 @@ from effect_broker.proxy.tls_ca import CertificateAuthorityError, trust_bundle
 console = Console(stderr=True, highlight=False, soft_wrap=True)
 
 DEMO_PORT = 9000
+#: How the packaged demo routes name the demo target; ``--demo-port`` rewrites it.
+DEMO_ORIGIN = "http://127.0.0.1:9000/"
+ROUTES_VARIABLE = "EFFECT_BROKER_ROUTES"
+ROUTES_FILE = Path("routes.yaml")
+#: ``python -m`` this: the packaged demo payment target.
+TARGET_MODULE = "effect_broker.demo.payment_target"
 TRY_IT = (
     "curl -x {proxy} -H 'Operation-Key: order-42:charge' "
     "-H 'Content-Type: application/json' "
@@ -71,14 +87,15 @@ def step(message: str) -> Iterator[None]:
 
 
 @contextmanager
-def demo_target(script: Path, data_dir: Path) -> Iterator[str]:
+def demo_target(data_dir: Path, port: int) -> Iterator[str]:
     """Run the demo payment target until the block ends; yields its URL."""
     process = subprocess.Popen(
         [
             sys.executable,
-            str(script),
+            "-m",
+            TARGET_MODULE,
             "--port",
-            str(DEMO_PORT),
+            str(port),
             "--db",
             str(data_dir / "payment-target.sqlite3"),
         ],
@@ -90,9 +107,10 @@ def demo_target(script: Path, data_dir: Path) -> Iterator[str]:
         line = process.stdout.readline()
         if "listening" not in line:
             raise EffectBrokerError(
-                f"the demo payment target did not start (port {DEMO_PORT} in use?)"
+                f"the demo payment target did not start (port {port} in use? "
+                "choose another with --demo-port)"
             )
-        yield f"http://127.0.0.1:{DEMO_PORT}"
+        yield f"http://127.0.0.1:{port}"
     finally:
         process.terminate()
         try:
@@ -113,10 +131,20 @@ def up(
         typer.Option(help="where the database and key live [default: ./.effect-broker]"),
     ] = None,
     demo: Annotated[
-        bool, typer.Option(help="start the demo payment target from examples/")
-    ] = True,
+        bool,
+        typer.Option(
+            help="start the packaged demo payment target; without a routes file, "
+            "serve the packaged demo routes too"
+        ),
+    ] = False,
+    demo_port: Annotated[
+        int,
+        typer.Option(
+            min=1, max=65535, help="the demo target's port (the demo routes follow it)"
+        ),
+    ] = DEMO_PORT,
 ) -> None:
-    """Start everything: embedded PostgreSQL, demo target, proxy and admin API."""
+    """Start everything: embedded PostgreSQL, proxy, admin API (--demo: a demo target)."""
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(message)s")
     announce_failpoints()
     settings = settings_from(
@@ -128,11 +156,32 @@ def up(
         gateway=gateway,
         data_dir=data_dir,
     )
-    directory = settings.data_dir.resolve()
-    directory.mkdir(parents=True, exist_ok=True)
-    console.print(f"effect-broker up (data in {directory})")
+    explicit = routes is not None or bool(os.environ.get(ROUTES_VARIABLE))
+    packaged = demo and not explicit and not settings.routes.exists()
+    if not packaged and not settings.routes.exists():
+        console.print(
+            f"[red]error:[/] no routes file {shown(settings.routes)}: "
+            "`effect-broker init` writes a starter here, "
+            "`effect-broker up --demo` runs the packaged demo"
+        )
+        raise typer.Exit(2)
     with ExitStack() as stack:
         try:
+            if packaged:
+                settings = settings.model_copy(
+                    update={"routes": stack.enter_context(as_file(STARTER_ROUTES))}
+                )
+            load_routes(settings.routes)  # before any key, CA or cluster is made
+            directory = settings.data_dir.resolve()
+            directory.mkdir(parents=True, exist_ok=True)
+            console.print(f"effect-broker up (data in {directory})")
+            if packaged:
+                console.print(
+                    f"  no {shown(ROUTES_FILE)} here: serving the packaged demo routes "
+                    "(`effect-broker init` writes them here to edit)"
+                )
+                if demo_port != DEMO_PORT:
+                    settings = _demo_routes_on(settings, directory, demo_port)
             for field, name, make in (
                 ("master_key", "master.key", lambda: MasterKey.generate().to_base64()),
                 ("admin_token", "admin.token", lambda: secrets.token_urlsafe(24)),
@@ -150,17 +199,29 @@ def up(
                 with step("starting embedded PostgreSQL"):
                     dsn = stack.enter_context(embedded_postgres(directory / "postgres"))
                 settings = settings.model_copy(update={"database_url": dsn})
-            script = settings.routes.resolve().parent / "examples" / "payment_target.py"
             target = None
-            if demo and script.exists():
-                with step(f"starting the demo payment target on port {DEMO_PORT}"):
-                    target = stack.enter_context(demo_target(script, directory))
+            if demo:
+                with step(f"starting the demo payment target on port {demo_port}"):
+                    target = stack.enter_context(demo_target(directory, demo_port))
             banner = _banner(target, directory / "admin.token", trust)
-            asyncio.run(run_proxy(settings, migrate=True, banner=banner))
+            stack.callback((directory / RUNNING_FILE).unlink, missing_ok=True)
+
+            def ready(proxy_url: str, admin_url: str) -> None:
+                RunningUp(os.getpid(), proxy_url, admin_url).write(directory)
+
+            asyncio.run(run_proxy(settings, migrate=True, banner=banner, on_ready=ready))
         except EffectBrokerError as exc:
             console.print(f"[red]error:[/] {exc.message}")
             raise typer.Exit(1) from exc
     console.print("effect-broker stopped")
+
+
+def _demo_routes_on(settings: Settings, directory: Path, port: int) -> Settings:
+    """The packaged demo routes, pointed at a demo target on ``port``, in the data dir."""
+    path = directory / "demo-routes.yaml"
+    text = settings.routes.read_text("utf-8")
+    path.write_text(text.replace(DEMO_ORIGIN, f"http://127.0.0.1:{port}/"), "utf-8")
+    return settings.model_copy(update={"routes": path})
 
 
 def _with_ca(settings: Settings, directory: Path) -> tuple[Settings, list[str]]:
@@ -182,13 +243,15 @@ def _banner(target: str | None, token_file: Path, trust: list[str]) -> str:
         "effect-broker is up. Send your agent's HTTP through it:",
         "  export HTTP_PROXY={proxy} HTTPS_PROXY={proxy}",
         "Admin API: {admin}  (/healthz, /readyz, /metrics, /v1/effects)",
-        "Operators: export EFFECT_BROKER_ADMIN_URL={admin}"
+        "Operators, in this folder (doctor, serve and effects read "
+        f"{shown(token_file.parent)}/):",
+        "  effect-broker effects list",
+        "Elsewhere: export EFFECT_BROKER_ADMIN_URL={admin}"
         + (
             f" EFFECT_BROKER_ADMIN_TOKEN=$(cat {token_file})"
             if token_file.exists()
             else ""
         ),
-        "  effect-broker effects list",
     ]
     if trust:
         lines += [

@@ -1,0 +1,175 @@
+"""One cell of the crash matrix: its directory, database, target and proxy processes.
+
+A cell starts the real programs a user runs, the packaged demo payment target
+(``python -m effect_broker.demo.payment_target``) and ``effect-broker serve``,
+configured by environment, each with its log in the cell's directory.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Coroutine
+from contextlib import AsyncExitStack
+from dataclasses import dataclass
+from importlib.resources import files
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import yaml
+
+from effect_broker.demo import payment_target
+from effect_broker.demo.crash_matrix import agent
+from effect_broker.demo.crash_matrix.agent import AgentResult
+from effect_broker.demo.crash_matrix.ledger import Ledger, LedgerReader
+from effect_broker.demo.crash_matrix.processes import (
+    PROXY_BANNER,
+    TARGET_BANNER,
+    Proxy,
+    Target,
+    spawn,
+)
+
+#: The routes every cell serves, after ``write_routes`` points them at its target.
+ROUTES_TEMPLATE = files("effect_broker.demo.crash_matrix") / "routes.yaml"
+
+TENANT = "crash-matrix"
+LEASE_GRACE = "300ms"  # lease = contract timeout (1 s) + this; then the holder is dead
+SETTLEMENT_DELAY = 0.3  # the target's lookup lags commits this much (bound: 500 ms)
+DEATH_TIMEOUT = 20.0  # an armed proxy reaches its failpoint within this
+AGENT_DEADLINE = 40.0  # an agent stops asking after this
+#: ``effect-broker serve``: the serve command itself, run on its own so that the matrix
+#: does not depend on every other command group of the CLI importing cleanly.
+SERVE = "import typer; from effect_broker.cli.serve import serve; typer.run(serve)"
+#: The same, with every dispatch given a random downstream key instead of the stable
+#: derived one. The engine is the only caller of ``outgoing_request``; it imports it by
+#: name, so the name is replaced there before the server starts.
+SERVE_SABOTAGED = """
+import secrets
+import typer
+import effect_broker.engine.engine as engine
+from effect_broker.cli.serve import serve
+original = engine.outgoing_request
+def fresh_key(route, stored, downstream_key, injected):
+    return original(route, stored, secrets.token_urlsafe(32), injected)
+engine.outgoing_request = fresh_key
+typer.run(serve)
+"""
+
+
+@dataclass
+class Cell:
+    """One mode and scenario: its directory, database, processes and observations."""
+
+    mode: str
+    scenario: str
+    directory: Path
+    database_url: str
+    master_key: str
+    sabotage: str | None
+    stack: AsyncExitStack
+    reader: LedgerReader
+    proxies: int = 0
+    routes: Path | None = None
+
+    async def start_target(self) -> Target:
+        db = self.directory / "target.sqlite3"
+        process = await spawn(
+            self.stack,
+            "payment target",
+            [
+                sys.executable,
+                "-m",
+                payment_target.MODULE,
+                "--port",
+                "0",
+                "--db",
+                str(db),
+                "--settlement-delay",
+                str(SETTLEMENT_DELAY),
+                "--key-retention",
+                "86400",
+            ],
+            self.directory / "target.log",
+            dict(os.environ),
+        )
+        url = (await process.wait_for_line(TARGET_BANNER)).group(1)
+        self.routes = write_routes(self.directory / "routes.yaml", url)
+        return Target(url, db, process)
+
+    async def start_proxy(
+        self,
+        *,
+        failpoint: str | None = None,
+        listen: str = "127.0.0.1:0",
+        admin_listen: str = "127.0.0.1:0",
+    ) -> Proxy:
+        """``effect-broker serve`` on this cell's ledger, armed at ``failpoint``."""
+        assert self.routes is not None, "start the target first"
+        self.proxies += 1
+        env = {k: v for k, v in os.environ.items() if not k.startswith("EFFECT_BROKER_")}
+        env.update(
+            EFFECT_BROKER_DATABASE_URL=self.database_url,
+            EFFECT_BROKER_MASTER_KEY=self.master_key,
+            EFFECT_BROKER_ROUTES=str(self.routes),
+            EFFECT_BROKER_LISTEN=listen,
+            EFFECT_BROKER_ADMIN_LISTEN=admin_listen,
+            EFFECT_BROKER_TENANT=TENANT,
+            EFFECT_BROKER_LEASE_GRACE=LEASE_GRACE,
+            EFFECT_BROKER_RECONCILER="true",
+            EFFECT_BROKER_POOL_MAX_SIZE="4",
+        )
+        if failpoint:
+            env["EFFECT_BROKER_FAILPOINTS"] = failpoint
+        boot = SERVE_SABOTAGED if self.sabotage else SERVE
+        name = f"proxy {self.proxies}" + (f" (armed: {failpoint})" if failpoint else "")
+        process = await spawn(
+            self.stack,
+            name,
+            [sys.executable, "-c", boot],
+            self.directory / f"proxy-{self.proxies}.log",
+            env,
+        )
+        match = await process.wait_for_line(PROXY_BANNER)
+        return Proxy(match.group(1), match.group(2), process)
+
+    async def restart(self, dead: Proxy) -> Proxy:
+        """A new, unarmed proxy on the dead one's ports: the agent's URL stays valid."""
+        return await self.start_proxy(listen=dead.listen, admin_listen=dead.admin_listen)
+
+    async def ledger(self) -> Ledger | None:
+        return await self.reader.ledger()
+
+    async def settled_ledger(self) -> Ledger:
+        """Poll until the effect is settled, or provably stays where it is."""
+        return await self.reader.settled_ledger(self.mode)
+
+    async def writes_after_takeover(self, *, zombie: Proxy, successor: Proxy) -> int:
+        return await self.reader.writes_after_takeover(
+            zombie.actor_pattern(), successor.actor_pattern()
+        )
+
+    async def write_history(self) -> None:
+        """The effect's event history, next to the process logs, for whoever debugs."""
+        await self.reader.write_history(self.directory / "ledger-events.txt")
+
+    async def claimed_by(self, proxy: Proxy) -> bool:
+        return await self.reader.claimed_by(proxy.actor_pattern())
+
+    def run_agent(
+        self, url: str, *, naive: bool = False
+    ) -> Coroutine[Any, Any, AgentResult]:
+        """The scripted agent for this cell's mode."""
+        return agent.run_agent(url, self.mode, naive=naive, deadline=AGENT_DEADLINE)
+
+
+def write_routes(path: Path, target_url: str) -> Path:
+    """routes.yaml with every upstream's origin replaced by this cell's target."""
+    document = yaml.safe_load(ROUTES_TEMPLATE.read_text())
+    for route in document["routes"]:
+        upstream = urlsplit(route["upstream"])
+        target = urlsplit(target_url)
+        route["upstream"] = urlunsplit(upstream._replace(netloc=target.netloc))
+    path.write_text(yaml.safe_dump(document, sort_keys=False))
+    return path

@@ -1,0 +1,94 @@
+"""The demo target's command line: ``python -m effect_broker.demo.payment_target``.
+
+Its first stdout line, ``payment target listening on URL (db PATH)``, is the contract
+with whoever starts it (``up``, the crash matrix, the fault suite): they wait for it,
+and with ``--port 0`` read the port from it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from aiohttp import web
+
+from effect_broker.demo.payment_target.app import build_app
+
+
+def _seconds(text: str) -> float:
+    value = float(text)
+    if not value >= 0:  # also refuses NaN
+        raise argparse.ArgumentTypeError(f"expected seconds >= 0, got {text!r}")
+    return value
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m effect_broker.demo.payment_target",
+        description="Demo payment target with an authoritative SQLite charges table.",
+    )
+    parser.add_argument("--host", default="127.0.0.1", help="address to listen on")
+    parser.add_argument(
+        "--port", type=int, default=9000, help="port to listen on (0: pick a free one)"
+    )
+    parser.add_argument("--db", required=True, type=Path, help="SQLite file to keep")
+    parser.add_argument(
+        "--settlement-delay",
+        type=_seconds,
+        default=0.5,
+        metavar="SECONDS",
+        help="how long a reconcilable charge stays invisible to the lookup",
+    )
+    parser.add_argument(
+        "--key-retention",
+        type=_seconds,
+        default=86400.0,
+        metavar="SECONDS",
+        help="how long an idempotency key is remembered",
+    )
+    parser.add_argument(
+        "--hang-after-commit",
+        nargs="+",
+        default=[],
+        metavar="PATH_PREFIX",
+        help="charges under these path prefixes commit and then never answer",
+    )
+    return parser.parse_args(argv)
+
+
+async def serve(args: argparse.Namespace) -> None:
+    """Listen until SIGTERM or SIGINT, then stop cleanly (withheld answers dropped)."""
+    app = build_app(
+        args.db,
+        settlement_delay=args.settlement_delay,
+        key_retention=args.key_retention,
+        hang_after_commit=args.hang_after_commit,
+    )
+    runner = web.AppRunner(app, access_log=None, shutdown_timeout=5.0)
+    await runner.setup()
+    try:
+        site = web.TCPSite(runner, args.host, args.port)
+        await site.start()
+        host, port = runner.addresses[0][:2]
+        url = f"http://{host}:{port}"
+        print(f"payment target listening on {url} (db {args.db})", flush=True)
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signum, stop.set)
+        await stop.wait()
+    finally:
+        await runner.cleanup()
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    args = parse_args(argv)
+    logging.basicConfig(
+        stream=sys.stderr, level=logging.INFO, format="%(asctime)s %(message)s"
+    )
+    asyncio.run(serve(args))

@@ -1,0 +1,76 @@
+"""A newcomer's first commands, run as the real executable in an empty folder.
+
+``init`` writes the starter routes and never overwrites; ``up`` without a routes file,
+or with a broken one, says so in one line and creates nothing: no key, no CA, no
+database cluster (a 39 MB surprise in a folder where nothing could start).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from effect_broker.config.routes_file import load_routes
+from tests.support import ROOT
+
+EXECUTABLE = str(Path(sys.executable).parent / "effect-broker")
+
+
+def run(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    """The command with a bare environment: no EFFECT_BROKER_* variable at all."""
+    return subprocess.run(
+        [EXECUTABLE, *args],
+        capture_output=True,
+        text=True,
+        env={"PATH": str(Path(sys.executable).parent), "COLUMNS": "200"},
+        cwd=cwd,
+        timeout=120,
+        check=False,
+    )
+
+
+def test_init_writes_the_starter_routes_and_never_overwrites(tmp_path: Path) -> None:
+    first = run("init", cwd=tmp_path)
+    written = (tmp_path / "routes.yaml").read_text()
+    (tmp_path / "routes.yaml").write_text("# mine\n" + written)
+    again = run("init", cwd=tmp_path)
+
+    assert first.returncode == 0, first.stderr
+    assert written.splitlines()[0] == (
+        "# yaml-language-server: $schema=https://effect-broker.dev/routes.schema.json"
+    )
+    assert len(load_routes(tmp_path / "routes.yaml").routes) == 4
+    assert again.returncode == 1
+    assert again.stderr.strip() == "error: routes.yaml already exists; not overwritten"
+    assert (tmp_path / "routes.yaml").read_text().startswith("# mine\n")
+
+
+def test_the_starter_is_the_repositorys_routes_file_but_for_the_schema_line() -> None:
+    starter = (ROOT / "src" / "effect_broker" / "demo" / "routes.yaml").read_text()
+    root = (ROOT / "routes.yaml").read_text()
+    assert starter.split("\n", 1)[1] == root.split("\n", 1)[1]
+
+
+def test_up_without_routes_says_so_in_one_line_and_creates_nothing(
+    tmp_path: Path,
+) -> None:
+    result = run("up", cwd=tmp_path)
+
+    assert result.returncode == 2
+    assert result.stderr.strip() == (
+        "error: no routes file ./routes.yaml: `effect-broker init` writes a starter "
+        "here, `effect-broker up --demo` runs the packaged demo"
+    )
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_up_with_broken_routes_fails_before_any_key_or_cluster(tmp_path: Path) -> None:
+    (tmp_path / "routes.yaml").write_text("version: 1\ncontracts: []\nroutes: [1]\n")
+
+    result = run("up", "--demo", cwd=tmp_path)
+
+    assert result.returncode == 1
+    assert result.stderr.startswith("error: routes.yaml:"), result.stderr
+    assert "Traceback" not in result.stderr
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["routes.yaml"]
