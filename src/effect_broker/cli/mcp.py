@@ -6,13 +6,14 @@ from typing import Annotated
 
 import typer
 
-from effect_broker.cli.effects import DEFAULT_ADMIN_URL, AdminUrl, Token
+from effect_broker.cli.effects import AdminUrl, Token
+from effect_broker.cli.local_state import admin_access
 from effect_broker.client import EffectsClient
 from effect_broker.mcp.management import build_management_server
 
 
 def mcp(
-    admin_url: AdminUrl = DEFAULT_ADMIN_URL,
+    admin_url: AdminUrl = None,
     token: Token = None,
     http: Annotated[
         str | None,
@@ -25,7 +26,10 @@ def mcp(
 ) -> None:
     """Serve list_unknown_effects, get_effect, get_receipt and request_reconciliation
     over stdio (the default) or Streamable HTTP, calling the admin API."""
-    server = build_management_server(EffectsClient(admin_url, token))
+    # Like `effects`: flags and variables first, else a running `up` in this folder.
+    # Nothing is printed: over stdio, stdout belongs to the MCP protocol.
+    url, secret, _ = admin_access(admin_url, token)
+    server = build_management_server(EffectsClient(url, secret))
     if http is None:
         server.run("stdio")
         return
