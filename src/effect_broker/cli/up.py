@@ -241,7 +241,8 @@ def _banner(target: str | None, token_file: Path, trust: list[str]) -> str:
     lines = [
         "",
         "effect-broker is up. Send your agent's HTTP through it:",
-        "  export HTTP_PROXY={proxy} HTTPS_PROXY={proxy}",
+        "  export http_proxy={proxy} https_proxy={proxy} HTTP_PROXY={proxy} "
+        "HTTPS_PROXY={proxy}",
         "Admin API: {admin}  (/healthz, /readyz, /metrics, /v1/effects)",
         "Operators, in this folder (doctor, serve and effects read "
         f"{shown(token_file.parent)}/):",
