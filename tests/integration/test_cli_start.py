@@ -7,6 +7,7 @@ database cluster (a 39 MB surprise in a folder where nothing could start).
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -37,19 +38,21 @@ def test_init_writes_the_starter_routes_and_never_overwrites(tmp_path: Path) -> 
     again = run("init", cwd=tmp_path)
 
     assert first.returncode == 0, first.stderr
-    assert written.splitlines()[0] == (
-        "# yaml-language-server: $schema=https://effect-broker.dev/routes.schema.json"
+    assert (
+        written.splitlines()[0] == "# yaml-language-server: $schema=./routes.schema.json"
     )
+    schema = json.loads((tmp_path / "routes.schema.json").read_text())
+    assert schema["title"] == "effect-broker routes.yaml, version 1"
     assert len(load_routes(tmp_path / "routes.yaml").routes) == 4
     assert again.returncode == 1
     assert again.stderr.strip() == "error: routes.yaml already exists; not overwritten"
     assert (tmp_path / "routes.yaml").read_text().startswith("# mine\n")
 
 
-def test_the_starter_is_the_repositorys_routes_file_but_for_the_schema_line() -> None:
+def test_the_starter_is_the_repositorys_routes_file() -> None:
     starter = (ROOT / "src" / "effect_broker" / "demo" / "routes.yaml").read_text()
     root = (ROOT / "routes.yaml").read_text()
-    assert starter.split("\n", 1)[1] == root.split("\n", 1)[1]
+    assert starter == root
 
 
 def test_up_without_routes_says_so_in_one_line_and_creates_nothing(

@@ -2,8 +2,10 @@
 
 The starter is the packaged demo routes file (``effect_broker/demo/routes.yaml``), so
 ``init`` then ``up --demo`` works as written, and its comments say what to change to
-put one's own service behind the proxy. It never overwrites: a routes file holds a
+put one's own service behind the proxy. It never overwrites the routes file: it holds a
 person's contracts, and losing them silently would be worse than one more command.
+Beside it goes ``routes.schema.json``, generated from this version's models, which the
+routes file's first line names so that editors complete and check it offline.
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
+
+from effect_broker.config.routes_schema import SCHEMA_FILE, render_routes_schema
 
 #: The starter and demo routes, shipped in the wheel as package data.
 STARTER_ROUTES: Traversable = files("effect_broker.demo") / "routes.yaml"
@@ -40,8 +44,11 @@ def init(
         raise typer.Exit(1) from None
     with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
         handle.write(text)
+    # Generated, so always refreshed: a schema from an older version would mislead.
+    (path.parent / SCHEMA_FILE).write_text(render_routes_schema(), encoding="utf-8")
     console.print(
-        f"wrote {path}: the demo routes, with comments on what to change. Next:\n"
+        f"wrote {path}: the demo routes, with comments on what to change, and "
+        f"{SCHEMA_FILE} beside it for editors. Next:\n"
         f"  effect-broker up --demo    # these routes, the demo payment target, curl\n"
         f"  effect-broker routes validate {path}"
     )
