@@ -5,7 +5,10 @@ from __future__ import annotations
 import asyncio
 import errno
 import logging
+import os
 import re
+from collections.abc import Coroutine
+from typing import Any, TypeVar
 
 import typer
 from rich.console import Console
@@ -30,6 +33,24 @@ from effect_broker.runtime import open_runtime
 from effect_broker.server import serve_until_stopped, split_address
 
 console = Console(stderr=True, soft_wrap=True)
+T = TypeVar("T")
+
+
+def run_on_fastest_loop(main: Coroutine[Any, Any, T]) -> T:
+    """Run ``main`` on uvloop where it is installed (a dependency on Linux and macOS),
+    else on asyncio's own loop. uvloop cuts the event loop's share of each request
+    (tasks, futures, socket callbacks), the largest single slice of the proxy's CPU;
+    ``EFFECT_BROKER_EVENT_LOOP=asyncio`` keeps the standard loop, to compare or debug.
+    """
+    if os.environ.get("EFFECT_BROKER_EVENT_LOOP", "").strip().lower() != "asyncio":
+        try:
+            import uvloop
+        except ImportError:
+            pass
+        else:
+            with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+                return runner.run(main)
+    return asyncio.run(main)
 
 
 def announce_failpoints() -> None:
@@ -163,7 +184,7 @@ def serve(
         ca_key=ca_key,
     )
     try:
-        asyncio.run(run_proxy(settings))
+        run_on_fastest_loop(run_proxy(settings))
     except EffectBrokerError as exc:
         console.print(f"[red]error:[/] {exc.message}", highlight=False)
         raise typer.Exit(1) from exc

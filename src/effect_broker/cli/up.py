@@ -7,7 +7,6 @@ key generated once and kept there (mode 0600), migrations, the demo payment targ
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import os
 import secrets
@@ -33,7 +32,7 @@ from effect_broker.cli.options import (
     Tenant,
     settings_from,
 )
-from effect_broker.cli.serve import announce_failpoints, run_proxy
+from effect_broker.cli.serve import announce_failpoints, run_on_fastest_loop, run_proxy
 from effect_broker.config.settings import Settings
 from effect_broker.crypto import MasterKey
 from effect_broker.embedded import embedded_postgres
@@ -156,7 +155,7 @@ def up(
                 with step(f"starting the demo payment target on port {DEMO_PORT}"):
                     target = stack.enter_context(demo_target(script, directory))
             banner = _banner(target, directory / "admin.token", trust)
-            asyncio.run(run_proxy(settings, migrate=True, banner=banner))
+            run_on_fastest_loop(run_proxy(settings, migrate=True, banner=banner))
         except EffectBrokerError as exc:
             console.print(f"[red]error:[/] {exc.message}")
             raise typer.Exit(1) from exc
