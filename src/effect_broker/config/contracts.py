@@ -22,6 +22,8 @@ DOWNSTREAM_KEY_PLACEHOLDER = "{downstream_key}"
 DEFAULT_OPERATION_KEY_HEADER = "Operation-Key"
 DEFAULT_TIMEOUT = timedelta(seconds=10)
 DEFAULT_RETRY_LIMIT = 5
+#: Settled effects older than this leave the ledger (key_retention when that is longer).
+DEFAULT_LEDGER_RETENTION = timedelta(days=7)
 
 UnmatchedPolicy = Literal["pass", "reject-mutating"]
 ConnectPolicy = Literal["tunnel", "refuse"]
@@ -75,6 +77,8 @@ class Contract:
     retry_limit: int = DEFAULT_RETRY_LIMIT
     probe: Probe | None = None
     operation_key_header: str | None = None  # None: the route's or proxy's header
+    # How long a settled effect stays in the ledger; pruned after (store.prune_settled).
+    ledger_retention: timedelta = DEFAULT_LEDGER_RETENTION
 
     @property
     def downstream_header(self) -> str | None:

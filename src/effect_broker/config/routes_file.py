@@ -26,7 +26,12 @@ from typing import overload
 
 from pydantic import ValidationError
 
-from effect_broker.config.contracts import Contract, Probe, Route
+from effect_broker.config.contracts import (
+    DEFAULT_LEDGER_RETENTION,
+    Contract,
+    Probe,
+    Route,
+)
 from effect_broker.config.routes_checks import cross_field_issues
 from effect_broker.config.routes_config import ProxyPolicy, RoutesConfig
 from effect_broker.config.routes_issues import validation_issues
@@ -166,8 +171,14 @@ def _contract(section: ContractSection) -> Contract:
         timeout=section.timeout,
         retry_limit=section.retry_limit,
         operation_key_header=section.operation_key_header,
+        ledger_retention=section.ledger_retention or DEFAULT_LEDGER_RETENTION,
     )
     if isinstance(section, IdempotentContract):
+        if section.ledger_retention is None:  # the default never undercuts the key's
+            common = replace(
+                common,
+                ledger_retention=max(DEFAULT_LEDGER_RETENTION, section.key_retention),
+            )
         return replace(
             common,
             idempotency_header=section.idempotency_header,

@@ -333,6 +333,26 @@ class Store(CoalescedWrites, LedgerReads, LedgerKeys):
             rows = await self._pool.fetch(self._sql["claim_due"], limit, owner, lease)
         return [effect_of(row) for row in rows]
 
+    async def prune_settled(
+        self, retention: Mapping[str, timedelta], *, limit: int
+    ) -> list[str]:
+        """Delete up to ``limit`` settled effects, whole, past their contract's ledger
+        retention (by contract name); return the route of each one deleted.
+
+        The only way anything leaves the ledger: the database itself refuses to delete
+        an unsettled effect, or a receipt or event of an effect that still exists. An
+        effect whose key retention is still ahead stays, so a replay after pruning is a
+        new effect only once the target may have forgotten the key too.
+        """
+        async with translated("prune_settled"):
+            rows = await self._pool.fetch(
+                self._sql["prune_settled"],
+                list(retention),
+                list(retention.values()),
+                limit,
+            )
+        return [row["route"] for row in rows]
+
     # -- helpers ------------------------------------------------------------------------
 
     async def _write_one(self, query: str, effect: Effect, *args: Any) -> Effect:

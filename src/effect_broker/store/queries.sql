@@ -219,6 +219,33 @@ SELECT claimed.*, append_effect_event(
 ) IS NOT NULL AS event_written
 FROM claimed;
 
+-- prune_settled --
+-- Delete up to $3 settled effects, whole, past their contract's ledger retention.
+WITH retention AS (
+    -- ($1 contract name, $2 retention), for every version of the name; effects of a
+    -- contract not named are kept. An effect whose key retention is still ahead is
+    -- kept too, so a replay after pruning is a new effect only once the target may
+    -- have forgotten the key as well.
+    SELECT * FROM unnest($1::text[], $2::interval[]) AS r (contract_name, kept_for)
+), doomed AS (
+    SELECT e.effect_id FROM retention AS r
+    CROSS JOIN LATERAL (
+        SELECT effect_id FROM effects
+        WHERE status IN ('succeeded', 'failed_final')
+          AND contract_name = r.contract_name
+          AND updated_at < now() - r.kept_for
+          AND (retention_deadline IS NULL OR retention_deadline < now())
+        ORDER BY updated_at
+        LIMIT $3
+        FOR UPDATE SKIP LOCKED
+    ) AS e
+    LIMIT $3
+)
+DELETE FROM effects AS e USING doomed
+WHERE e.effect_id = doomed.effect_id
+  AND e.status IN ('succeeded', 'failed_final')
+RETURNING e.route;
+
 -- get_effect --
 -- One effect of one tenant.
 SELECT * FROM effects WHERE tenant_id = $1 AND effect_id = $2;
