@@ -1,4 +1,4 @@
-"""``serve`` and ``up`` run on uvloop where it is installed, else on asyncio's loop."""
+"""``serve`` and ``up`` run on asyncio's loop, or on uvloop when asked and installed."""
 
 from __future__ import annotations
 
@@ -13,11 +13,12 @@ async def loop_module() -> str:
     return type(asyncio.get_running_loop()).__module__
 
 
-def test_the_proxy_runs_on_uvloop_where_it_is_installed() -> None:
+def test_uvloop_runs_the_proxy_when_asked(monkeypatch: pytest.MonkeyPatch) -> None:
     pytest.importorskip("uvloop")
+    monkeypatch.setenv("EFFECT_BROKER_EVENT_LOOP", "uvloop")
     assert run_on_fastest_loop(loop_module()).startswith("uvloop")
 
 
-def test_the_standard_loop_can_be_asked_for(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("EFFECT_BROKER_EVENT_LOOP", "asyncio")
+def test_the_standard_loop_is_the_default(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("EFFECT_BROKER_EVENT_LOOP", raising=False)
     assert run_on_fastest_loop(loop_module()).startswith("asyncio")

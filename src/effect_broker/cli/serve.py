@@ -37,12 +37,16 @@ T = TypeVar("T")
 
 
 def run_on_fastest_loop(main: Coroutine[Any, Any, T]) -> T:
-    """Run ``main`` on uvloop where it is installed (a dependency on Linux and macOS),
-    else on asyncio's own loop. uvloop cuts the event loop's share of each request
-    (tasks, futures, socket callbacks), the largest single slice of the proxy's CPU;
-    ``EFFECT_BROKER_EVENT_LOOP=asyncio`` keeps the standard loop, to compare or debug.
+    """Run ``main`` on the event loop ``EFFECT_BROKER_EVENT_LOOP`` names: ``asyncio``
+    (the default) or ``uvloop`` (a dependency on Linux and macOS), which cuts the event
+    loop's share of each request (tasks, futures, socket callbacks). Asking for uvloop
+    where it is not installed falls back to asyncio's loop.
+
+    uvloop is not the default yet: its transports are not ``asyncio.Transport``
+    instances, and the proxy's connection sniffer (``proxy/connect.py``) asserts that
+    they are; with that check relaxed the default can become uvloop where installed.
     """
-    if os.environ.get("EFFECT_BROKER_EVENT_LOOP", "").strip().lower() != "asyncio":
+    if os.environ.get("EFFECT_BROKER_EVENT_LOOP", "").strip().lower() == "uvloop":
         try:
             import uvloop
         except ImportError:
