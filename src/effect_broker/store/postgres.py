@@ -29,18 +29,18 @@ from effect_broker.models import (
     SafetyClass,
 )
 from effect_broker.state_machine import check_transition
-from effect_broker.store.coalesced import (
-    AttemptTerms,
-    CoalescedWrites,
-    ReceiptRequest,
-    ReserveRequest,
-    StartRequest,
-)
+from effect_broker.store.coalesced import CoalescedWrites
 from effect_broker.store.keys import LedgerKeys
 from effect_broker.store.migrations import Migration, apply_migrations, pending_migrations
 from effect_broker.store.reads import LedgerReads
 from effect_broker.store.rows import effect_of
 from effect_broker.store.translate import translated
+from effect_broker.store.write_requests import (
+    AttemptTerms,
+    ReceiptRequest,
+    ReserveRequest,
+    StartRequest,
+)
 
 _SETTLED = frozenset({EffectStatus.SUCCEEDED, EffectStatus.FAILED_FINAL})
 
