@@ -15,6 +15,9 @@ AFTER_RESERVE = "after_reserve"
 BEFORE_UPSTREAM_SEND = "before_upstream_send"
 AFTER_UPSTREAM_RESPONSE = "after_upstream_response"
 AFTER_RECEIPT_COMMIT = "after_receipt_commit"
+# Inside a group commit: the batch's statement committed, none of its requests answered.
+IN_RESERVE_BATCH = "in_reserve_batch"
+IN_RECEIPT_BATCH = "in_receipt_batch"
 
 ALL = (
     BEFORE_RESERVE_COMMIT,
@@ -22,6 +25,8 @@ ALL = (
     BEFORE_UPSTREAM_SEND,
     AFTER_UPSTREAM_RESPONSE,
     AFTER_RECEIPT_COMMIT,
+    IN_RESERVE_BATCH,
+    IN_RECEIPT_BATCH,
 )
 EXIT_CODE = 86
 

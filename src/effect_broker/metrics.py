@@ -66,6 +66,13 @@ class Metrics:
             ["surface"],
             registry=self.registry,
         )
+        self.pruned = Counter(
+            "effect_broker_pruned_effects",
+            "Settled effects deleted from the ledger past their contract's "
+            "ledger_retention.",
+            ["route"],
+            registry=self.registry,
+        )
         self.reconciler_heartbeat = Gauge(
             "effect_broker_reconciler_last_pass_timestamp_seconds",
             "Unix time of the reconciler's last completed pass; 0 before the first one "

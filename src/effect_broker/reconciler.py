@@ -13,6 +13,10 @@ each one to the engine, which decides with the same policy the request path uses
   leaves it unknown with backoff;
 * unsafe: never sent again. It stays OUTCOME_UNKNOWN, counted in the metrics, until an
   operator resolves it with evidence.
+
+Every ``prune_seconds`` it also prunes settled effects past their contract's
+``ledger_retention``, in bounded batches (``Engine.prune_settled``), so the ledger
+stays small; unsettled effects (unknown, manual review, in flight) are never pruned.
 """
 
 from __future__ import annotations
@@ -41,6 +45,9 @@ class Reconciler:
         batch: int = 20,
         idle_seconds: float = 1.0,
         owner: str | None = None,
+        prune_seconds: float = 60.0,
+        prune_batch: int = 500,
+        prune_batches: int = 20,
     ) -> None:
         self.engine = engine.with_owner(
             owner or worker_name("reconciler"), slots=engine.wiring.reconciler_slots
@@ -48,13 +55,21 @@ class Reconciler:
         self.owner = self.engine.owner
         self.batch = batch
         self.idle_seconds = idle_seconds
+        self.prune_seconds = prune_seconds
+        self.prune_batch = prune_batch
+        self.prune_batches = prune_batches
 
     async def run(self, stop: asyncio.Event) -> None:
         """Claim and settle until ``stop`` is set; idle briefly when nothing is due."""
         log.info("reconciler %s started", self.owner)
+        loop = asyncio.get_running_loop()
+        next_prune = loop.time()
         while not stop.is_set():
             try:
                 settled = await self.run_once()
+                if loop.time() >= next_prune:
+                    next_prune = loop.time() + self.prune_seconds
+                    await self.prune_once()
             except EffectBrokerError as exc:
                 log.warning("reconciler pass failed: %s", exc.message)
                 settled = 0
@@ -96,3 +111,16 @@ class Reconciler:
         # ledger, so a reconciler that is stuck or cut off from it goes quiet.
         self.engine.wiring.metrics.reconciler_heartbeat.set_to_current_time()
         return len(claimed)
+
+    async def prune_once(self) -> int:
+        """Prune settled effects past retention: batches of ``prune_batch``, at most
+        ``prune_batches`` of them, so one pass never holds the ledger for long."""
+        pruned = 0
+        for _ in range(self.prune_batches):
+            deleted = await self.engine.prune_settled(limit=self.prune_batch)
+            pruned += deleted
+            if deleted < self.prune_batch:
+                break
+        if pruned:
+            log.info("pruned %d settled effects past their ledger retention", pruned)
+        return pruned

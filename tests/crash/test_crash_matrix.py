@@ -64,9 +64,10 @@ def test_unsafe_ambiguity_is_shown_not_retried(matrix: Any, scenario: str) -> No
     assert [result.outcome for result in seen.agents] == ["outcome_unknown"]
 
 
+@pytest.mark.parametrize("scenario", ["after_receipt_commit", "in_receipt_batch"])
 @pytest.mark.parametrize("mode", runner.MODES)
-def test_a_committed_receipt_is_replayed(matrix: Any, mode: str) -> None:
-    seen = cell(matrix, mode, "after_receipt_commit").observation
+def test_a_committed_receipt_is_replayed(matrix: Any, mode: str, scenario: str) -> None:
+    seen = cell(matrix, mode, scenario).observation
     (result,) = seen.agents
     assert result.final_2xx and result.replayed
 

@@ -13,7 +13,6 @@ user's own service there.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import os
 import secrets
@@ -42,7 +41,7 @@ from effect_broker.cli.options import (
     Tenant,
     settings_from,
 )
-from effect_broker.cli.serve import announce_failpoints, run_proxy
+from effect_broker.cli.serve import announce_failpoints, run_on_fastest_loop, run_proxy
 from effect_broker.config.routes_file import load_routes
 from effect_broker.config.settings import Settings
 from effect_broker.crypto import MasterKey
@@ -209,7 +208,9 @@ def up(
             def ready(proxy_url: str, admin_url: str) -> None:
                 RunningUp(os.getpid(), proxy_url, admin_url).write(directory)
 
-            asyncio.run(run_proxy(settings, migrate=True, banner=banner, on_ready=ready))
+            run_on_fastest_loop(
+                run_proxy(settings, migrate=True, banner=banner, on_ready=ready)
+            )
         except EffectBrokerError as exc:
             console.print(f"[red]error:[/] {exc.message}")
             raise typer.Exit(1) from exc

@@ -25,6 +25,8 @@ DEFAULT_RETRY_LIMIT = 5
 DEFAULT_OPERATION_KEY_ARGUMENT = "operation_key"
 # The methods of the Streamable HTTP transport on its one endpoint.
 MCP_METHODS = frozenset({"POST", "GET", "DELETE"})
+#: Settled effects older than this leave the ledger (key_retention when that is longer).
+DEFAULT_LEDGER_RETENTION = timedelta(days=7)
 
 UnmatchedPolicy = Literal["pass", "reject-mutating"]
 ConnectPolicy = Literal["tunnel", "refuse"]
@@ -81,6 +83,8 @@ class Contract:
     operation_key_header: str | None = None  # None: the route's or proxy's header
     # MCP only: the tool argument that carries the derived key instead of a header.
     idempotency_argument: str | None = None
+    # How long a settled effect stays in the ledger; pruned after (store.prune_settled).
+    ledger_retention: timedelta = DEFAULT_LEDGER_RETENTION
 
     @property
     def downstream_header(self) -> str | None:

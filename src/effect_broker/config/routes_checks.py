@@ -179,6 +179,14 @@ class _Checks:
                 "must be longer than timeout: a key the target forgets before the "
                 "attempt times out can never make a redispatch safe",
             )
+        kept = contract.ledger_retention
+        if kept is not None and kept < contract.key_retention:
+            self.report(
+                (*path, "ledger_retention"),
+                f"must not be shorter than key_retention ({contract.key_retention}): a "
+                "replay after the ledger forgot the effect is sent again, and only the "
+                "target's key retention could still catch it",
+            )
 
     def _probe(self, path: DataPath, raw: object) -> None:
         probe = _valid_model(ProbeSection, raw)

@@ -27,6 +27,7 @@ from typing import overload
 from pydantic import ValidationError
 
 from effect_broker.config.contracts import (
+    DEFAULT_LEDGER_RETENTION,
     MCP_ROUTE_CONTRACT,
     Contract,
     McpTools,
@@ -175,8 +176,14 @@ def _contract(section: ContractSection) -> Contract:
         timeout=section.timeout,
         retry_limit=section.retry_limit,
         operation_key_header=section.operation_key_header,
+        ledger_retention=section.ledger_retention or DEFAULT_LEDGER_RETENTION,
     )
     if isinstance(section, IdempotentContract):
+        if section.ledger_retention is None:  # the default never undercuts the key's
+            common = replace(
+                common,
+                ledger_retention=max(DEFAULT_LEDGER_RETENTION, section.key_retention),
+            )
         return replace(
             common,
             idempotency_header=section.idempotency_header,

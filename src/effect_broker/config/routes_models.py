@@ -109,6 +109,11 @@ class ContractBase(Section):
     retry_limit: int = Field(
         DEFAULT_RETRY_LIMIT, ge=0, description="Attempts the reconciler may add."
     )
+    ledger_retention: Optional[Duration] = Field(
+        None,
+        description="How long a settled effect stays in the ledger before it is pruned "
+        "(default: 7d, or key_retention when longer); never shorter than key_retention.",
+    )
     operation_key_header: Optional[HeaderName] = Field(
         None,
         description="Overrides proxy.operation_key_header for this contract's routes; "

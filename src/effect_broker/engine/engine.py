@@ -161,6 +161,21 @@ class Engine:
             return Unknown(effect, Unknowable.AWAITING_OPERATOR, effect.last_error or "")
         return await self._fenced(self._advance(effect, route, None, owned=True), effect)
 
+    async def prune_settled(self, *, limit: int) -> int:
+        """Delete up to ``limit`` settled effects past their contract's
+        ``ledger_retention``; unknown, manual-review and every other unsettled effect
+        stay. Returns how many left the ledger."""
+        retention = {
+            contract.name: contract.ledger_retention
+            for contract in self.wiring.config.contracts.values()
+        }
+        if not retention:
+            return 0
+        routes = await self._store.prune_settled(retention, limit=limit)
+        for route in routes:
+            self.wiring.metrics.pruned.labels(route).inc()
+        return len(routes)
+
     # -- the operator -------------------------------------------------------------------
 
     async def reconcile_now(self, effect: Effect, *, actor: str) -> Effect:

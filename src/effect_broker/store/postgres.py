@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 from uuid import UUID, uuid4
@@ -27,25 +26,23 @@ from effect_broker.models import (
     Receipt,
     ReceiptSource,
     Reservation,
-    ReservationOutcome,
     SafetyClass,
 )
 from effect_broker.state_machine import check_transition
+from effect_broker.store.coalesced import CoalescedWrites
 from effect_broker.store.keys import LedgerKeys
 from effect_broker.store.migrations import Migration, apply_migrations, pending_migrations
 from effect_broker.store.reads import LedgerReads
-from effect_broker.store.rows import effect_of, receipt_of
+from effect_broker.store.rows import effect_of
 from effect_broker.store.translate import translated
+from effect_broker.store.write_requests import (
+    AttemptTerms,
+    ReceiptRequest,
+    ReserveRequest,
+    StartRequest,
+)
 
 _SETTLED = frozenset({EffectStatus.SUCCEEDED, EffectStatus.FAILED_FINAL})
-
-
-@dataclass(frozen=True, slots=True)
-class AttemptTerms:
-    """The deadlines a first dispatch stamps on an effect (see ``Store.reserve``)."""
-
-    key_retention: timedelta | None = None
-    settlement_bound: timedelta | None = None
 
 
 async def _keep_session(conn: asyncpg.Connection) -> None:
@@ -60,7 +57,7 @@ async def _init_connection(conn: asyncpg.Connection) -> None:
     )
 
 
-class Store(LedgerReads, LedgerKeys):
+class Store(CoalescedWrites, LedgerReads, LedgerKeys):
     """The ledger. Every state change is a compare-and-swap on ``Effect.version``.
 
     A write whose expected version is stale changes nothing and raises ``StaleVersion``:
@@ -71,6 +68,7 @@ class Store(LedgerReads, LedgerKeys):
         super().__init__(pool)
         # Called once per fenced (stale) write, for the metric that makes zombies visible.
         self.on_fenced: Callable[[], None] = lambda: None
+        self._start_batchers()
 
     @classmethod
     async def connect(cls, dsn: str, *, min_size: int = 1, max_size: int = 10) -> Store:
@@ -189,41 +187,24 @@ class Store(LedgerReads, LedgerKeys):
         effect is committed already DISPATCHING, its first attempt recorded and leased
         to ``owner``, in the same transaction as the reservation.
         """
-        async with translated("reserve"):
-            row = await self._pool.fetchrow(
-                self._sql["reserve"],
-                effect_id or uuid4(),
-                tenant_id,
-                operation_key,
-                request_hash,
-                route,
-                contract_name,
-                contract_version,
-                safety.value,
-                downstream_key,
-                request_ciphertext,
-                dict(request_preview),
-                owner,
-                lease,
-                start is not None,
-                start.key_retention if start else None,
-                start.settlement_bound if start else None,
-            )
-        assert row is not None, "reserve_effect always returns one row"
-        effect = effect_of(row)
-        stored_receipt = row["receipt"]
-        receipt = (
-            receipt_of(stored_receipt)
-            if stored_receipt is not None and stored_receipt["effect_id"] is not None
-            else None
+        request = ReserveRequest(
+            effect_id=effect_id or uuid4(),
+            tenant_id=tenant_id,
+            operation_key=operation_key,
+            request_hash=request_hash,
+            route=route,
+            contract_name=contract_name,
+            contract_version=contract_version,
+            safety=safety,
+            downstream_key=downstream_key,
+            request_ciphertext=request_ciphertext,
+            request_preview=request_preview,
+            owner=owner,
+            lease=lease,
+            start=start,
         )
-        if row["created"]:
-            outcome = ReservationOutcome.CREATED
-        elif effect.request_hash == request_hash:
-            outcome = ReservationOutcome.REPLAY
-        else:
-            outcome = ReservationOutcome.CONFLICT
-        return Reservation(outcome=outcome, effect=effect, receipt=receipt)
+        async with translated("reserve"):
+            return await self._reservations.submit(request)
 
     async def start_attempt(
         self,
@@ -236,17 +217,9 @@ class Store(LedgerReads, LedgerKeys):
     ) -> Effect:
         """Commit DISPATCHING, the attempt row and the lease before any byte leaves."""
         check_transition(effect.status, EffectStatus.DISPATCHING, effect.safety)
-        return await self._write_one(
-            "start_attempt",
-            effect,
-            effect.effect_id,
-            effect.version,
-            owner,
-            lease,
-            key_retention,
-            settlement_bound,
-            effect.status.value,
-        )
+        request = StartRequest(effect, owner, lease, key_retention, settlement_bound)
+        async with translated("start_attempt"):
+            return await self._starts.submit(request)
 
     async def transition(
         self,
@@ -332,33 +305,19 @@ class Store(LedgerReads, LedgerKeys):
         if status not in _SETTLED:
             raise ValueError(f"a receipt settles an effect; {status} is not settled")
         check_transition(effect.status, status, effect.safety)
-        async with translated("record_receipt"):
-            row = await self._pool.fetchrow(
-                self._sql["record_receipt"],
-                effect.effect_id,
-                effect.version,
-                effect.status.value,
-                status.value,
-                kind,
-                actor,
-                status_code,
-                response_ciphertext,
-                source.value,
-                external_id,
-                dict(details or {}),
-            )
-        if row is None:
-            raise self._stale(effect)
-        settled = effect_of(row)
-        receipt = Receipt(
-            effect_id=settled.effect_id,
+        request = ReceiptRequest(
+            effect=effect,
+            status=status,
             status_code=status_code,
             response_ciphertext=response_ciphertext,
             source=source,
+            actor=actor,
             external_id=external_id,
-            recorded_at=settled.updated_at,
+            kind=kind,
+            details=details or {},
         )
-        return settled, receipt
+        async with translated("record_receipt"):
+            return await self._receipts.submit(request)
 
     # -- the reconciler -----------------------------------------------------------------
 
@@ -373,6 +332,26 @@ class Store(LedgerReads, LedgerKeys):
         async with translated("claim_due"):
             rows = await self._pool.fetch(self._sql["claim_due"], limit, owner, lease)
         return [effect_of(row) for row in rows]
+
+    async def prune_settled(
+        self, retention: Mapping[str, timedelta], *, limit: int
+    ) -> list[str]:
+        """Delete up to ``limit`` settled effects, whole, past their contract's ledger
+        retention (by contract name); return the route of each one deleted.
+
+        The only way anything leaves the ledger: the database itself refuses to delete
+        an unsettled effect, or a receipt or event of an effect that still exists. An
+        effect whose key retention is still ahead stays, so a replay after pruning is a
+        new effect only once the target may have forgotten the key too.
+        """
+        async with translated("prune_settled"):
+            rows = await self._pool.fetch(
+                self._sql["prune_settled"],
+                list(retention),
+                list(retention.values()),
+                limit,
+            )
+        return [row["route"] for row in rows]
 
     # -- helpers ------------------------------------------------------------------------
 

@@ -37,6 +37,98 @@ SELECT moved.*, append_effect_event(
 ) IS NOT NULL AS event_written
 FROM moved;
 
+-- reserve_batch --
+-- Many reservations in one statement and one commit; one row back per request ($n[ord]).
+SELECT ord, created, (effect).*, receipt
+FROM reserve_effects(
+    $1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[],
+    $8::text[], $9::text[], $10::bytea[], $11::text[], $12::text[], $13::interval[],
+    $14::boolean[], $15::interval[], $16::interval[]
+);
+
+-- start_attempt_batch --
+-- start_attempt for many effects at once; an effect fenced by its version is missing.
+WITH v AS (
+    SELECT * FROM unnest(
+        $1::uuid[], $2::bigint[], $3::text[], $4::interval[], $5::interval[],
+        $6::interval[], $7::text[]
+    ) WITH ORDINALITY AS v (effect_id, version, owner, lease, key_retention, settlement,
+                            from_status, ord)
+), moved AS (
+    UPDATE effects AS e SET
+        status = 'dispatching',
+        version = e.version + 1,
+        attempts = e.attempts + 1,
+        lease_owner = v.owner,
+        lease_expires_at = now() + v.lease,
+        due_at = now() + v.lease,
+        first_dispatched_at = coalesce(e.first_dispatched_at, now()),
+        retention_deadline = coalesce(e.retention_deadline, now() + v.key_retention),
+        settlement_deadline = now() + v.settlement,
+        last_error = NULL,
+        updated_at = now()
+    FROM v
+    WHERE e.effect_id = v.effect_id AND e.version = v.version AND e.status = v.from_status
+    RETURNING e.effect_id, e.version, e.attempts, e.lease_owner, e.lease_expires_at,
+              e.due_at, e.first_dispatched_at, e.retention_deadline,
+              e.settlement_deadline, e.updated_at, v.ord AS batch_ord,
+              v.from_status AS batch_from
+), attempt AS (
+    INSERT INTO effect_attempts (effect_id, attempt_no, owner)
+    SELECT effect_id, attempts, lease_owner FROM moved
+)
+-- Only what the write changed comes back; the caller holds the rest of the row.
+SELECT moved.batch_ord, moved.version, moved.attempts, moved.lease_expires_at,
+       moved.due_at, moved.first_dispatched_at, moved.retention_deadline,
+       moved.settlement_deadline, moved.updated_at, append_effect_event(
+    moved.effect_id, moved.version, 'dispatch', moved.batch_from, 'dispatching',
+    moved.lease_owner, jsonb_build_object('attempt', moved.attempts), moved.updated_at
+) IS NOT NULL AS event_written
+FROM moved;
+
+-- record_receipt_batch --
+-- record_receipt for many effects at once; an effect fenced by its version is missing.
+WITH v AS (
+    SELECT * FROM unnest(
+        $1::uuid[], $2::bigint[], $3::text[], $4::text[], $5::text[], $6::text[],
+        $7::integer[], $8::bytea[], $9::text[], $10::text[], $11::text[]
+    ) WITH ORDINALITY AS v (effect_id, version, from_status, to_status, kind, actor,
+                            status_code, ciphertext, source, external_id, details, ord)
+), moved AS (
+    UPDATE effects AS e SET
+        status = v.to_status,
+        version = e.version + 1,
+        lease_owner = NULL,
+        lease_expires_at = NULL,
+        due_at = NULL,
+        last_error = NULL,
+        updated_at = now()
+    FROM v
+    WHERE e.effect_id = v.effect_id AND e.version = v.version AND e.status = v.from_status
+    RETURNING e.effect_id, e.version, e.status, e.updated_at, v.ord AS batch_ord,
+              v.from_status AS batch_from, v.kind AS batch_kind,
+              v.actor AS batch_actor, v.status_code AS batch_status_code,
+              v.ciphertext AS batch_ciphertext, v.source AS batch_source,
+              v.external_id AS batch_external_id, v.details AS batch_details
+), receipt AS (
+    INSERT INTO effect_receipts (effect_id, status_code, response_ciphertext, source,
+                                 external_id, recorded_at)
+    SELECT effect_id, batch_status_code, batch_ciphertext, batch_source,
+           batch_external_id, updated_at
+    FROM moved
+)
+-- Only what the write changed comes back; the caller holds the rest of the row.
+SELECT moved.batch_ord, moved.version, moved.updated_at, append_effect_event(
+    moved.effect_id, moved.version, moved.batch_kind, moved.batch_from, moved.status,
+    moved.batch_actor,
+    jsonb_build_object('status_code', moved.batch_status_code,
+                       'source', moved.batch_source,
+                       'external_id', moved.batch_external_id)
+        || moved.batch_details::jsonb,
+    moved.updated_at
+) IS NOT NULL AS event_written
+FROM moved;
+
 -- transition --
 -- Compare-and-swap to a new status; set or drop the lease and the next wake-up time.
 WITH moved AS (
@@ -126,6 +218,33 @@ SELECT claimed.*, append_effect_event(
     jsonb_build_object('previous_owner', claimed.previous_owner), claimed.updated_at
 ) IS NOT NULL AS event_written
 FROM claimed;
+
+-- prune_settled --
+-- Delete up to $3 settled effects, whole, past their contract's ledger retention.
+WITH retention AS (
+    -- ($1 contract name, $2 retention), for every version of the name; effects of a
+    -- contract not named are kept. An effect whose key retention is still ahead is
+    -- kept too, so a replay after pruning is a new effect only once the target may
+    -- have forgotten the key as well.
+    SELECT * FROM unnest($1::text[], $2::interval[]) AS r (contract_name, kept_for)
+), doomed AS (
+    SELECT e.effect_id FROM retention AS r
+    CROSS JOIN LATERAL (
+        SELECT effect_id FROM effects
+        WHERE status IN ('succeeded', 'failed_final')
+          AND contract_name = r.contract_name
+          AND updated_at < now() - r.kept_for
+          AND (retention_deadline IS NULL OR retention_deadline < now())
+        ORDER BY updated_at
+        LIMIT $3
+        FOR UPDATE SKIP LOCKED
+    ) AS e
+    LIMIT $3
+)
+DELETE FROM effects AS e USING doomed
+WHERE e.effect_id = doomed.effect_id
+  AND e.status IN ('succeeded', 'failed_final')
+RETURNING e.route;
 
 -- get_effect --
 -- One effect of one tenant.

@@ -12,8 +12,10 @@ the ledger has settled as far as the proof allows, and then counts the rows in t
 
 Scenarios:
 
-* the five failpoints (``before_reserve_commit`` ... ``after_receipt_commit``): the proxy
-  is started with ``EFFECT_BROKER_FAILPOINTS`` set and kills itself there (exit 86, no
+* the failpoints (``before_reserve_commit`` ... ``after_receipt_commit``, and
+  ``in_reserve_batch`` / ``in_receipt_batch`` inside a group commit, after the batch's
+  statement committed and before any of its requests is answered): the proxy is
+  started with ``EFFECT_BROKER_FAILPOINTS`` set and kills itself there (exit 86, no
   cleanup, like SIGKILL); it is restarted unarmed on the same ports and the agent's
   retry goes to the new process;
 * ``sigkill-in-flight``: the target commits and never answers; once its table shows the

@@ -118,7 +118,7 @@ def judge(seen: Observation) -> tuple[str, list[str]]:
         if not all(result.final_2xx for result in seen.agents):
             problems.append("an agent did not get a 2xx answer")
         verdict = "exactly one charge"
-    if seen.scenario == failpoints.AFTER_RECEIPT_COMMIT:
+    if seen.scenario in (failpoints.AFTER_RECEIPT_COMMIT, failpoints.IN_RECEIPT_BATCH):
         if not all(result.replayed for result in seen.agents):
             problems.append("the receipt committed before the crash was not replayed")
         verdict += ", receipt replayed"

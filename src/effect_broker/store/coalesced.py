@@ -1,0 +1,364 @@
+"""The request path's three writes, coalesced: reserve, start an attempt, settle.
+
+Each runs through a ``Batcher``: concurrent calls share one statement (``unnest`` over
+parallel arrays) and one commit, and each caller gets back exactly what the one-row
+statement would have told it. A key already taken is a row of the answer; a fenced
+effect (its version moved on) is a row missing from the answer, so that caller alone gets
+``StaleVersion``. Should the statement itself fail, an unreachable database fails every
+request of the batch (as it would each of them alone), and any other error is retried
+row by row with the one-row statements, so each request gets its own error and its
+neighbours their own results.
+
+No caller hears anything before the batch's statement returned, that is, committed:
+nothing goes upstream, and no answer goes back, before the write is durable.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any, Generic, TypeVar
+
+import asyncpg
+
+from effect_broker import failpoints
+from effect_broker.errors import StaleVersion, StoreError, StoreUnavailable
+from effect_broker.models import (
+    Effect,
+    EffectStatus,
+    Receipt,
+    Reservation,
+    ReservationOutcome,
+)
+from effect_broker.store.batch import Batcher
+from effect_broker.store.rows import effect_of, receipt_of
+from effect_broker.store.translate import translated
+from effect_broker.store.write_requests import (
+    ReceiptRequest,
+    ReserveRequest,
+    StartRequest,
+)
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+#: The largest batch one statement carries; more waiting requests take the next one.
+MAX_BATCH = 128
+
+
+class CoalescedWrites:
+    """The batched half of ``Store``'s writes; it shares the store's pool and queries."""
+
+    _pool: asyncpg.Pool
+    _sql: Mapping[str, str]
+
+    def _stale(self, effect: Effect) -> StaleVersion:
+        raise NotImplementedError
+
+    def _start_batchers(self) -> None:
+        self._reservations: Batcher[ReserveRequest, Reservation] = Batcher(
+            self._write_reservations,
+            key=lambda r: (r.tenant_id, r.operation_key),
+            max_size=MAX_BATCH,
+        )
+        self._starts: Batcher[StartRequest, Effect] = Batcher(
+            self._write_starts, key=lambda r: r.effect.effect_id, max_size=MAX_BATCH
+        )
+        self._receipts: Batcher[ReceiptRequest, tuple[Effect, Receipt]] = Batcher(
+            self._write_receipts, key=lambda r: r.effect.effect_id, max_size=MAX_BATCH
+        )
+
+    # -- reserve ------------------------------------------------------------------------
+
+    async def _write_reservations(
+        self, batch: Sequence[ReserveRequest]
+    ) -> Sequence[Reservation | BaseException]:
+        if len(batch) == 1:
+            return await _alone(batch[0], self._reserve_one, failpoints.IN_RESERVE_BATCH)
+        columns: list[list[Any]] = [[] for _ in range(16)]
+        for r in batch:
+            start = r.start
+            for column, value in zip(
+                columns,
+                (
+                    r.effect_id,
+                    r.tenant_id,
+                    r.operation_key,
+                    r.request_hash,
+                    r.route,
+                    r.contract_name,
+                    r.contract_version,
+                    r.safety.value,
+                    r.downstream_key,
+                    r.request_ciphertext,
+                    json.dumps(dict(r.request_preview)),
+                    r.owner,
+                    r.lease,
+                    start is not None,
+                    start.key_retention if start else None,
+                    start.settlement_bound if start else None,
+                ),
+                strict=True,
+            ):
+                column.append(value)
+        rows = await self._fetch_batch(
+            "reserve_batch",
+            batch,
+            columns,
+            self._reserve_one,
+            failpoints.IN_RESERVE_BATCH,
+        )
+        if not isinstance(rows, list):
+            return rows.results
+        by_ord = {row["ord"]: row for row in rows}
+        return [
+            _reservation(by_ord[i], r.request_hash)
+            if i in by_ord
+            else StoreError("the reservation vanished while it was written")
+            for i, r in enumerate(batch, start=1)
+        ]
+
+    async def _reserve_one(self, r: ReserveRequest) -> Reservation:
+        async with translated():
+            row = await self._pool.fetchrow(
+                self._sql["reserve"],
+                r.effect_id,
+                r.tenant_id,
+                r.operation_key,
+                r.request_hash,
+                r.route,
+                r.contract_name,
+                r.contract_version,
+                r.safety.value,
+                r.downstream_key,
+                r.request_ciphertext,
+                dict(r.request_preview),
+                r.owner,
+                r.lease,
+                r.start is not None,
+                r.start.key_retention if r.start else None,
+                r.start.settlement_bound if r.start else None,
+            )
+        assert row is not None, "reserve_effect always returns one row"
+        return _reservation(row, r.request_hash)
+
+    # -- start an attempt ---------------------------------------------------------------
+
+    async def _write_starts(
+        self, batch: Sequence[StartRequest]
+    ) -> Sequence[Effect | BaseException]:
+        if len(batch) == 1:
+            return await _alone(batch[0], self._start_one)
+        columns: list[list[Any]] = [[] for _ in range(7)]
+        for r in batch:
+            for column, value in zip(
+                columns,
+                (
+                    r.effect.effect_id,
+                    r.effect.version,
+                    r.owner,
+                    r.lease,
+                    r.key_retention,
+                    r.settlement_bound,
+                    r.effect.status.value,
+                ),
+                strict=True,
+            ):
+                column.append(value)
+        rows = await self._fetch_batch(
+            "start_attempt_batch", batch, columns, self._start_one
+        )
+        if not isinstance(rows, list):
+            return rows.results
+        by_ord = {row["batch_ord"]: row for row in rows}
+        return [
+            self._started(r, by_ord[i]) if i in by_ord else self._stale(r.effect)
+            for i, r in enumerate(batch, start=1)
+        ]
+
+    @staticmethod
+    def _started(r: StartRequest, row: asyncpg.Record) -> Effect:
+        return replace(
+            r.effect,
+            status=EffectStatus.DISPATCHING,
+            version=row["version"],
+            attempts=row["attempts"],
+            lease_owner=r.owner,
+            lease_expires_at=row["lease_expires_at"],
+            due_at=row["due_at"],
+            first_dispatched_at=row["first_dispatched_at"],
+            retention_deadline=row["retention_deadline"],
+            settlement_deadline=row["settlement_deadline"],
+            last_error=None,
+            updated_at=row["updated_at"],
+        )
+
+    async def _start_one(self, r: StartRequest) -> Effect:
+        async with translated():
+            row = await self._pool.fetchrow(
+                self._sql["start_attempt"],
+                r.effect.effect_id,
+                r.effect.version,
+                r.owner,
+                r.lease,
+                r.key_retention,
+                r.settlement_bound,
+                r.effect.status.value,
+            )
+        if row is None:
+            raise self._stale(r.effect)
+        return effect_of(row)
+
+    # -- settle with a receipt ----------------------------------------------------------
+
+    async def _write_receipts(
+        self, batch: Sequence[ReceiptRequest]
+    ) -> Sequence[tuple[Effect, Receipt] | BaseException]:
+        if len(batch) == 1:
+            return await _alone(batch[0], self._receipt_one, failpoints.IN_RECEIPT_BATCH)
+        columns: list[list[Any]] = [[] for _ in range(11)]
+        for r in batch:
+            for column, value in zip(columns, _receipt_arguments(r), strict=True):
+                column.append(value)
+        rows = await self._fetch_batch(
+            "record_receipt_batch",
+            batch,
+            columns,
+            self._receipt_one,
+            failpoints.IN_RECEIPT_BATCH,
+        )
+        if not isinstance(rows, list):
+            return rows.results
+        by_ord = {row["batch_ord"]: row for row in rows}
+        return [
+            _settled(r, by_ord[i]["version"], by_ord[i]["updated_at"])
+            if i in by_ord
+            else self._stale(r.effect)
+            for i, r in enumerate(batch, start=1)
+        ]
+
+    async def _receipt_one(self, r: ReceiptRequest) -> tuple[Effect, Receipt]:
+        async with translated():
+            row = await self._pool.fetchrow(
+                self._sql["record_receipt"], *_receipt_arguments(r, details_as_text=False)
+            )
+        if row is None:
+            raise self._stale(r.effect)
+        return _settled(r, row["version"], row["updated_at"])
+
+    # -- the batch statement ------------------------------------------------------------
+
+    async def _fetch_batch(
+        self,
+        query: str,
+        batch: Sequence[T],
+        columns: list[list[Any]],
+        one: Callable[[T], Awaitable[R]],
+        failpoint: str | None = None,
+    ) -> list[asyncpg.Record] | _Failed[R]:
+        """Run one batch statement; on an error, each request's own outcome instead.
+
+        ``failpoint`` fires after the statement committed and before any request of
+        the batch hears of it: the one moment inside a batch that differs from a crash
+        around a single write (a statement is atomic; before its commit nothing of the
+        batch exists, after it all of it does).
+        """
+        try:
+            async with translated():
+                rows: list[asyncpg.Record] = await self._pool.fetch(
+                    self._sql[query], *columns
+                )
+        except StoreUnavailable as exc:
+            # Nothing was written, or the commit's fate is unknown: each request would
+            # have had this error alone.
+            return _Failed([StoreUnavailable(exc.message) for _ in batch])
+        except Exception as exc:
+            if len(batch) == 1:
+                return _Failed([exc])
+            return _Failed([await _outcome(one, item) for item in batch])
+        if failpoint is not None:
+            failpoints.hit(failpoint)
+        return rows
+
+
+@dataclass(frozen=True, slots=True)
+class _Failed(Generic[R]):
+    """The batch statement failed: here is each request's own outcome instead."""
+
+    results: list[R | BaseException]
+
+
+async def _alone(
+    item: T, one: Callable[[T], Awaitable[R]], failpoint: str | None = None
+) -> list[R | BaseException]:
+    """A batch of one (an idle proxy) takes the one-row statement: its plan costs the
+    database less than the ``unnest`` form, which only pays off from two rows on."""
+    result = await _outcome(one, item)
+    if failpoint is not None and not isinstance(result, BaseException):
+        failpoints.hit(failpoint)
+    return [result]
+
+
+async def _outcome(one: Callable[[T], Awaitable[R]], item: T) -> R | BaseException:
+    try:
+        return await one(item)
+    except Exception as exc:
+        return exc
+
+
+def _reservation(row: asyncpg.Record, request_hash: str) -> Reservation:
+    effect = effect_of(row)
+    stored = row["receipt"]
+    receipt = (
+        receipt_of(stored)
+        if stored is not None and stored["effect_id"] is not None
+        else None
+    )
+    if row["created"]:
+        outcome = ReservationOutcome.CREATED
+    elif effect.request_hash == request_hash:
+        outcome = ReservationOutcome.REPLAY
+    else:
+        outcome = ReservationOutcome.CONFLICT
+    return Reservation(outcome=outcome, effect=effect, receipt=receipt)
+
+
+def _receipt_arguments(r: ReceiptRequest, *, details_as_text: bool = True) -> list[Any]:
+    details = dict(r.details)
+    return [
+        r.effect.effect_id,
+        r.effect.version,
+        r.effect.status.value,
+        r.status.value,
+        r.kind,
+        r.actor,
+        r.status_code,
+        r.response_ciphertext,
+        r.source.value,
+        r.external_id,
+        json.dumps(details) if details_as_text else details,
+    ]
+
+
+def _settled(r: ReceiptRequest, version: int, at: Any) -> tuple[Effect, Receipt]:
+    """The effect as the settling write left it: only these columns changed."""
+    settled = replace(
+        r.effect,
+        status=r.status,
+        version=version,
+        lease_owner=None,
+        lease_expires_at=None,
+        due_at=None,
+        last_error=None,
+        updated_at=at,
+    )
+    receipt = Receipt(
+        effect_id=settled.effect_id,
+        status_code=r.status_code,
+        response_ciphertext=r.response_ciphertext,
+        source=r.source,
+        external_id=r.external_id,
+        recorded_at=at,
+    )
+    return settled, receipt
