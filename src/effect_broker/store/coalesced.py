@@ -78,29 +78,7 @@ class CoalescedWrites:
             return await _alone(batch[0], self._reserve_one, failpoints.IN_RESERVE_BATCH)
         columns: list[list[Any]] = [[] for _ in range(16)]
         for r in batch:
-            start = r.start
-            for column, value in zip(
-                columns,
-                (
-                    r.effect_id,
-                    r.tenant_id,
-                    r.operation_key,
-                    r.request_hash,
-                    r.route,
-                    r.contract_name,
-                    r.contract_version,
-                    r.safety.value,
-                    r.downstream_key,
-                    r.request_ciphertext,
-                    json.dumps(dict(r.request_preview)),
-                    r.owner,
-                    r.lease,
-                    start is not None,
-                    start.key_retention if start else None,
-                    start.settlement_bound if start else None,
-                ),
-                strict=True,
-            ):
+            for column, value in zip(columns, _reserve_arguments(r), strict=True):
                 column.append(value)
         rows = await self._fetch_batch(
             "reserve_batch",
@@ -122,23 +100,7 @@ class CoalescedWrites:
     async def _reserve_one(self, r: ReserveRequest) -> Reservation:
         async with translated():
             row = await self._pool.fetchrow(
-                self._sql["reserve"],
-                r.effect_id,
-                r.tenant_id,
-                r.operation_key,
-                r.request_hash,
-                r.route,
-                r.contract_name,
-                r.contract_version,
-                r.safety.value,
-                r.downstream_key,
-                r.request_ciphertext,
-                dict(r.request_preview),
-                r.owner,
-                r.lease,
-                r.start is not None,
-                r.start.key_retention if r.start else None,
-                r.start.settlement_bound if r.start else None,
+                self._sql["reserve"], *_reserve_arguments(r, preview_as_text=False)
             )
         assert row is not None, "reserve_effect always returns one row"
         return _reservation(row, r.request_hash)
@@ -322,6 +284,31 @@ def _reservation(row: asyncpg.Record, request_hash: str) -> Reservation:
     else:
         outcome = ReservationOutcome.CONFLICT
     return Reservation(outcome=outcome, effect=effect, receipt=receipt)
+
+
+def _reserve_arguments(r: ReserveRequest, *, preview_as_text: bool = True) -> list[Any]:
+    """The reservation's parameters, in the order both statements take them: the batch
+    form takes the preview as JSON text (an array of jsonb), the one-row one as a dict."""
+    start = r.start
+    preview = dict(r.request_preview)
+    return [
+        r.effect_id,
+        r.tenant_id,
+        r.operation_key,
+        r.request_hash,
+        r.route,
+        r.contract_name,
+        r.contract_version,
+        r.safety.value,
+        r.downstream_key,
+        r.request_ciphertext,
+        json.dumps(preview) if preview_as_text else preview,
+        r.owner,
+        r.lease,
+        start is not None,
+        start.key_retention if start else None,
+        start.settlement_bound if start else None,
+    ]
 
 
 def _receipt_arguments(r: ReceiptRequest, *, details_as_text: bool = True) -> list[Any]:
