@@ -196,3 +196,42 @@ def test_readme_has_the_kubectl_line_of_the_secret_example() -> None:
     for key in one("Secret", "secret.yaml")["stringData"]:
         assert f"--from-literal={key}=" in comment
         assert f"--from-literal={key}=" in readme
+
+
+def mounted_volume(spec: dict[str, Any], container: dict[str, Any], path: str) -> Any:
+    """The pod volume a container sees ``path`` in, or None when nothing is mounted."""
+    volumes = {volume["name"]: volume for volume in spec["volumes"]}
+    for mount in container.get("volumeMounts", []):
+        if path.startswith(mount["mountPath"].rstrip("/") + "/"):
+            return volumes[mount["name"]]
+    return None
+
+
+def test_the_sidecar_intercepts_https_with_a_ca_only_the_broker_can_read() -> None:
+    spec = one("Deployment", "sidecar.yaml")["spec"]["template"]["spec"]
+    [broker], [agent] = spec["initContainers"], spec["containers"]
+    settings = env(broker)
+    cert, key = settings["EFFECT_BROKER_CA_CERT"], settings["EFFECT_BROKER_CA_KEY"]
+    # `kubectl create secret tls` names the files tls.crt and tls.key.
+    assert cert.endswith("/tls.crt") and key.endswith("/tls.key")
+    ca = mounted_volume(spec, broker, key)
+    assert ca["secret"]["secretName"] == "effect-broker-ca"
+    assert ca["secret"]["defaultMode"] & 0o007 == 0, "the CA key is world-readable"
+    assert spec["securityContext"]["fsGroup"] == spec["securityContext"]["runAsGroup"]
+    assert mounted_volume(spec, broker, cert) == ca
+    # The agent trusts the CA's certificate and never sees its key.
+    assert all(mount["name"] != "ca" for mount in agent["volumeMounts"])
+    trust = env(agent)
+    for name in ("SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE"):
+        assert trust[name].endswith("/ca-bundle.pem"), name
+        volume = mounted_volume(spec, agent, trust[name])
+        assert volume["configMap"]["name"] == "effect-broker-ca-trust", name
+    assert mounted_volume(spec, agent, trust["NODE_EXTRA_CA_CERTS"]) == volume
+
+
+def test_readme_creates_the_ca_secret_and_trust_config_map_the_sidecar_mounts() -> None:
+    readme = (ROOT / "README.md").read_text()
+    assert "kubectl create secret tls effect-broker-ca" in readme
+    assert "kubectl create configmap effect-broker-ca-trust" in readme
+    for name in ("ca.pem", "ca-bundle.pem"):
+        assert f"--from-file={name}=" in readme, name
