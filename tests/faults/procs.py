@@ -14,12 +14,11 @@ import os
 import re
 import signal
 import sys
-import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Mapping
 from contextlib import AsyncExitStack, suppress
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 from urllib.parse import urlsplit
 
 import aiohttp
@@ -27,11 +26,11 @@ import asyncpg
 
 from effect_broker.crypto import MasterKey
 from effect_broker.demo import payment_target
+from effect_broker.demo.crash_matrix.processes import CellError
+from effect_broker.demo.crash_matrix.processes import poll as poll
 from effect_broker.embedded import _server_module
 from effect_broker.store.migrations import apply_migrations
 from tests.conftest import with_database
-
-T = TypeVar("T")
 
 TARGET_MODULE = payment_target.MODULE
 #: ``effect-broker serve`` alone, so the suite does not depend on every CLI group.
@@ -40,7 +39,6 @@ PROXY_BANNER = re.compile(r"effect-broker proxy on (http://\S+), admin on (http:
 TARGET_BANNER = re.compile(r"payment target listening on (http://\S+)")
 START_TIMEOUT = 30.0
 STOP_GRACE = 5.0
-POLL = 0.05
 TENANT = "faults"
 SETTLEMENT_DELAY = 0.2  # the target's lookup lags its commits this much
 
@@ -100,22 +98,9 @@ routes:
 """
 
 
-class FaultSetupError(Exception):
-    """A process would not start or stop as the scenario needs."""
-
-
-async def poll(
-    look: Callable[[], Awaitable[T | None]], *, timeout: float, what: str
-) -> T:
-    """Call ``look`` until it returns something other than None; fail at the deadline."""
-    deadline = time.monotonic() + timeout
-    while True:
-        found = await look()
-        if found is not None:
-            return found
-        if time.monotonic() >= deadline:
-            raise FaultSetupError(f"timed out after {timeout:g}s waiting for {what}")
-        await asyncio.sleep(POLL)
+# A process would not start or stop as the scenario needs: the crash matrix's error, so
+# that its ``poll`` (deadline-bounded, no sleeps as synchronisation) serves here too.
+FaultSetupError = CellError
 
 
 @dataclass
