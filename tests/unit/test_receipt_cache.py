@@ -1,14 +1,20 @@
-"""The replay cache: bounded by bytes, least recently used out first."""
+"""The replay cache: bounded by bytes, least recently used out first, and never answering
+for an effect the ledger may already have pruned."""
 
 from __future__ import annotations
 
 import dataclasses
 import uuid
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from effect_broker.engine.messages import StoredResponse
-from effect_broker.models import Effect, EffectStatus, SafetyClass
-from effect_broker.proxy.receipt_cache import ENTRY_OVERHEAD, ReceiptCache, SettledReplay
+from effect_broker.models import Effect, EffectStatus, ReceiptSource, SafetyClass
+from effect_broker.proxy.receipt_cache import (
+    ENTRY_OVERHEAD,
+    ReceiptCache,
+    SettledReplay,
+    prunable_at,
+)
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 EFFECT = Effect(
@@ -22,20 +28,30 @@ EFFECT = Effect(
 )  # fmt: skip
 
 
+RETENTION = timedelta(days=7)
+
+
 def entry(key: str, body_bytes: int = 100) -> SettledReplay:
     effect = dataclasses.replace(EFFECT, operation_key=key)
-    return SettledReplay(effect, StoredResponse(201, "Created", [], b"x" * body_bytes))
+    response = StoredResponse(201, "Created", [], b"x" * body_bytes)
+    return SettledReplay(
+        effect, response, ReceiptSource.RESPONSE, prunable_at(effect, RETENTION)
+    )
+
+
+def get(cache: ReceiptCache, tenant: str, key: str) -> SettledReplay | None:
+    return cache.get(tenant, key, now=NOW)
 
 
 def test_a_cached_receipt_is_found_by_tenant_and_key() -> None:
     cache = ReceiptCache(max_bytes=10_000)
     cache.put(entry("a"))
 
-    found = cache.get("acme", "a")
+    found = get(cache, "acme", "a")
 
     assert found is not None and found.response.body == b"x" * 100
-    assert cache.get("globex", "a") is None
-    assert cache.get("acme", "b") is None
+    assert get(cache, "globex", "a") is None
+    assert get(cache, "acme", "b") is None
 
 
 def test_the_least_recently_used_entry_goes_first() -> None:
@@ -43,13 +59,13 @@ def test_the_least_recently_used_entry_goes_first() -> None:
     cache = ReceiptCache(max_bytes=size * 8)
     for key in "abcdefgh":
         cache.put(entry(key))
-    assert cache.get("acme", "a") is not None  # a is now the most recent
+    assert get(cache, "acme", "a") is not None  # a is now the most recent
 
     cache.put(entry("i"))
 
     assert len(cache) == 8
-    assert cache.get("acme", "b") is None
-    assert cache.get("acme", "a") is not None
+    assert get(cache, "acme", "b") is None
+    assert get(cache, "acme", "a") is not None
 
 
 def test_a_body_too_large_for_its_share_is_not_kept() -> None:
@@ -57,11 +73,30 @@ def test_a_body_too_large_for_its_share_is_not_kept() -> None:
     cache.put(entry("small"))
     cache.put(entry("large", body_bytes=2_000))
 
-    assert cache.get("acme", "large") is None
-    assert cache.get("acme", "small") is not None
+    assert get(cache, "acme", "large") is None
+    assert get(cache, "acme", "small") is not None
 
 
 def test_a_zero_budget_keeps_nothing() -> None:
     cache = ReceiptCache(max_bytes=0)
     cache.put(entry("a"))
     assert len(cache) == 0
+
+
+def test_an_entry_expires_when_the_ledger_may_prune_its_effect() -> None:
+    cache = ReceiptCache(max_bytes=10_000)
+    cache.put(entry("a"))
+
+    assert cache.get("acme", "a", now=NOW + RETENTION - timedelta(seconds=1))
+    assert cache.get("acme", "a", now=NOW + RETENTION) is None
+    assert len(cache) == 0  # dropped, and its bytes with it
+    cache.put(entry("a"))
+    assert len(cache) == 1
+
+
+def test_the_key_retention_holds_an_entry_as_it_holds_the_ledger_row() -> None:
+    later = NOW + RETENTION + timedelta(days=3)
+    effect = dataclasses.replace(EFFECT, retention_deadline=later)
+
+    assert prunable_at(effect, RETENTION) == later
+    assert prunable_at(EFFECT, RETENTION) == NOW + RETENTION

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 import unicodedata
+from datetime import UTC, datetime
 from typing import Any
 
 from aiohttp import web
@@ -50,7 +51,7 @@ from effect_broker.headers import upstream_request_headers
 from effect_broker.models import Effect, ReceiptSource, SafetyClass
 from effect_broker.problems import effect_headers, problem_response
 from effect_broker.proxy.edge_input import printable
-from effect_broker.proxy.receipt_cache import SettledReplay
+from effect_broker.proxy.receipt_cache import SettledReplay, prunable_at
 from effect_broker.proxy.state import ProxyState
 from effect_broker.tracing import (
     current_context_headers,
@@ -184,7 +185,7 @@ class EffectRequest:
         )
         body = await read_body(self.request, self.state.max_request_bytes)
         fingerprint = self._fingerprint(body)
-        cached = self.state.receipts.get(self.tenant, key)
+        cached = self.state.receipts.get(self.tenant, key, now=datetime.now(UTC))
         if cached is not None:
             if cached.effect.request_hash != fingerprint:
                 return self._answer(Conflict(cached.effect))
@@ -213,7 +214,12 @@ class EffectRequest:
                 return stored_response_to_web(attempt.response, effect, replayed=False)
             case Replayed(response=response, source=source):
                 metrics.replays.labels(self.route.name).inc()
-                self.state.receipts.put(SettledReplay(effect, response, source))
+                retention = self.route.contract.ledger_retention
+                self.state.receipts.put(
+                    SettledReplay(
+                        effect, response, source, prunable_at(effect, retention)
+                    )
+                )
                 if source is ReceiptSource.OPERATOR:
                     return _resolved_by_operator(effect, response)
                 return stored_response_to_web(response, effect, replayed=True)

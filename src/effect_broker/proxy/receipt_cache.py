@@ -5,12 +5,18 @@ change to its receipt), so a copy in memory can never go stale. Only effects tha
 actually replayed are kept, so a stream of new effects does not fill memory; the cache
 is bounded by bytes and evicts the least recently used. Other proxy processes keep
 their own; a miss simply goes to the ledger.
+
+A copy is only good while the ledger still holds the effect: once the reconciler may
+have pruned it (past ``ledger_retention``), the key starts a new effect there, and the
+cache must not answer for it with the old receipt. Each entry therefore expires when
+the ledger may first prune its effect.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 
 from effect_broker.engine.messages import StoredResponse
 from effect_broker.models import Effect, ReceiptSource
@@ -22,7 +28,8 @@ ENTRY_OVERHEAD = 512  # rough bytes per entry beyond headers and body
 class SettledReplay:
     effect: Effect
     response: StoredResponse
-    source: ReceiptSource = ReceiptSource.RESPONSE
+    source: ReceiptSource
+    prunable_at: datetime  # from then on only the ledger may say what the key means
 
     @property
     def size(self) -> int:
@@ -36,11 +43,18 @@ class ReceiptCache:
         self._bytes = 0
         self._entries: OrderedDict[tuple[str, str], SettledReplay] = OrderedDict()
 
-    def get(self, tenant_id: str, operation_key: str) -> SettledReplay | None:
+    def get(
+        self, tenant_id: str, operation_key: str, *, now: datetime
+    ) -> SettledReplay | None:
         key = (tenant_id, operation_key)
         entry = self._entries.get(key)
-        if entry is not None:
-            self._entries.move_to_end(key)
+        if entry is None:
+            return None
+        if now >= entry.prunable_at:
+            del self._entries[key]
+            self._bytes -= entry.size
+            return None
+        self._entries.move_to_end(key)
         return entry
 
     def put(self, entry: SettledReplay) -> None:
@@ -58,3 +72,11 @@ class ReceiptCache:
 
     def __len__(self) -> int:
         return len(self._entries)
+
+
+def prunable_at(effect: Effect, ledger_retention: timedelta) -> datetime:
+    """The first moment the ledger may prune a settled effect (``prune_settled``)."""
+    at = effect.updated_at + ledger_retention
+    if effect.retention_deadline is not None:
+        at = max(at, effect.retention_deadline)
+    return at
