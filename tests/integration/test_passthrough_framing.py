@@ -18,6 +18,7 @@ from pathlib import Path
 
 from aiohttp import web
 
+from effect_broker.proxy import passthrough
 from tests.integration.harness import (
     PROBLEMS,
     Broker,
@@ -164,3 +165,69 @@ async def test_userinfo_in_a_pass_through_url_is_not_sent_upstream(
     assert answer.startswith(b"HTTP/1.1 200"), answer
     [headers] = seen
     assert "Authorization" not in headers
+
+
+async def test_pass_through_answers_keep_their_headers_bodies_and_lengths(
+    broker: Broker,
+) -> None:
+    """Small answers leave in one write, large ones are streamed: both arrive whole,
+    repeated headers stay repeated, and a HEAD answer keeps its length and no body."""
+    small, large = b"s" * 100, b"L" * (passthrough.BUFFER_AT_MOST + 1)
+
+    async def answer(request: web.Request) -> web.StreamResponse:
+        body = large if request.path == "/large" else small
+        response = web.Response(body=body)  # aiohttp leaves a HEAD answer's body out
+        response.headers.add("Set-Cookie", "a=1")
+        response.headers.add("Set-Cookie", "b=2")
+        return response
+
+    async with serve_handler(answer) as url:
+        host, port = address(broker.proxy_url)
+        target = url.removeprefix("http://")
+        seen = {}
+        for method, path in (("GET", "/small"), ("GET", "/large"), ("HEAD", "/small")):
+            reader, writer = await asyncio.open_connection(host, port)
+            try:
+                writer.write(
+                    f"{method} http://{target}{path} HTTP/1.1\r\n"
+                    f"Host: {target}\r\nConnection: close\r\n\r\n".encode()
+                )
+                seen[method, path] = await asyncio.wait_for(reader.read(), 10)
+            finally:
+                writer.close()
+
+    for (method, path), raw in seen.items():
+        head, _, body = raw.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 200"), raw[:200]
+        assert head.count(b"\r\nSet-Cookie: ") == 2, head
+        expected = large if path == "/large" else small
+        assert f"\r\nContent-Length: {len(expected)}".encode() in head, head
+        assert body == (b"" if method == "HEAD" else expected), (method, path)
+
+
+async def test_an_answer_that_breaks_off_is_an_unknown_outcome(broker: Broker) -> None:
+    async def truncated(
+        reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n" + b"x" * 10)
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(truncated, "127.0.0.1", 0)
+    try:
+        port = server.sockets[0].getsockname()[1]
+        answer = await request(
+            "POST",
+            f"http://127.0.0.1:{port}/v1/x",
+            proxy=broker.proxy_url,
+            data=b"{}",
+        )
+    finally:
+        server.close()
+        await server.wait_closed()
+
+    assert answer.status == 502
+    problem = json.loads(answer.body)
+    assert problem["type"] == PROBLEMS + "outcome-unknown"
+    assert "broke off" in problem["detail"]

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 from ipaddress import IPv4Address, IPv6Address, ip_address
 
 LOOPBACK = "localhost"
@@ -100,8 +101,13 @@ def host_of_address(address: IPAddress) -> Host:
     return Host(name, address)
 
 
+@lru_cache(maxsize=4096)
 def canonical_host(text: str) -> Host:
-    """The identity of a host name or IP literal as written (no port)."""
+    """The identity of a host name or IP literal as written (no port).
+
+    Cached: routing and the egress check ask it for every forward-mode request, and
+    agents talk to a handful of hosts; ``Host`` is frozen, so a shared copy is safe.
+    """
     name = text.strip().lower()
     if name.startswith("[") and name.endswith("]"):
         name = name[1:-1]

@@ -31,6 +31,9 @@ from effect_broker.config.hosts import Host, canonical_host, host_of_address
 from effect_broker.engine.upstream import upstream_tls
 from effect_broker.errors import EgressRefused
 
+#: Hosts as written that passed the policy, remembered up to this many (then forgotten).
+PASSED_CACHE_SIZE = 4096
+
 Opener = Callable[
     [str, int], Awaitable[tuple[asyncio.StreamReader, asyncio.StreamWriter]]
 ]
@@ -45,6 +48,9 @@ class EgressGuard:
         self.policy = policy
         self.resolver: AbstractResolver = resolver or aiohttp.ThreadedResolver()
         self.opener: Opener = asyncio.open_connection  # replaceable in tests
+        # Every pass-through request is checked; the answer for a (host, port) as
+        # written only changes with the policy, so passes are kept until ``protect``.
+        self._passed: dict[tuple[str, int], Host] = {}
 
     def protect(self, *, listen: tuple[str, int], admin: tuple[str, int]) -> None:
         """Refuse the bound proxy and admin addresses too (known only after binding)."""
@@ -53,13 +59,20 @@ class EgressGuard:
                 listen=[_authority(*listen)], admin=[_authority(*admin)], ledger=()
             )
         )
+        self._passed.clear()
 
     def check(self, host: str, port: int) -> Host:
         """The identity of ``host`` as written; ``EgressRefused`` if policy refuses it."""
+        passed = self._passed.get((host, port))
+        if passed is not None:
+            return passed
         written = canonical_host(host)
         refusal = self.policy.refusal(port, written)
         if refusal is not None:
             raise EgressRefused(refusal)
+        if len(self._passed) >= PASSED_CACHE_SIZE:
+            self._passed.clear()
+        self._passed[(host, port)] = written
         return written
 
     async def resolve(

@@ -9,6 +9,11 @@ chunked. Userinfo in an absolute-form URL is dropped: aiohttp's client would tur
 into ``Authorization: Basic`` for the target, a credential the client never sent as one.
 Where the request may go at all is the egress policy's decision (``proxy.egress``).
 
+The answer goes back in one write when it is small and has a length (most API answers):
+read whole, it leaves as one ``Response``, headers and body together, instead of a head
+and then the body as separate writes. A large or unframed answer is streamed, so memory
+stays bounded by ``BUFFER_AT_MOST``.
+
 Nothing here is recorded, so an error answer is all the client learns: a connection
 that never opened is ``upstream-unreachable`` (nothing was sent), one that broke after
 it opened is ``outcome-unknown`` (the target may have acted on the request).
@@ -35,6 +40,11 @@ from effect_broker.headers import passthrough_request_headers, response_headers
 from effect_broker.problems import problem_response
 from effect_broker.proxy.edge import EDGE_LIMITS
 from effect_broker.proxy.egress import EgressGuard
+
+#: Answers with a Content-Length up to this are read whole and sent in one write.
+BUFFER_AT_MOST = 256 * 1024
+#: Answers that carry no body whatever their headers say (RFC 9110, 6.4.1).
+BODILESS_STATUSES = frozenset({204, 304})
 
 
 async def pass_through(
@@ -101,16 +111,52 @@ async def pass_through(
             status=502,
         )
     try:
-        out = web.StreamResponse(status=upstream.status, reason=upstream.reason)
-        for name, value in response_headers(upstream.headers.items()):
-            out.headers.add(name, value)
-        out.headers.update(headers or {})
+        kept = response_headers(upstream.headers.items())
+        if _fits_one_write(request, upstream):
+            try:
+                body = await upstream.read()
+            except (aiohttp.ClientError, OSError) as exc:
+                return problem_response(
+                    OutcomeUnknown(
+                        f"the answer from {request.host} broke off "
+                        f"({type(exc).__name__}); the request was passed through "
+                        "unrecorded, so the target may have acted on it"
+                    ),
+                    status=502,
+                )
+            out = web.Response(status=upstream.status, reason=upstream.reason, body=body)
+            _set_headers(out, kept, headers)
+            return out
+        streamed = web.StreamResponse(status=upstream.status, reason=upstream.reason)
+        _set_headers(streamed, kept, headers)
         if upstream.content_length is not None:
-            out.content_length = upstream.content_length
-        await out.prepare(request)
+            streamed.content_length = upstream.content_length
+        await streamed.prepare(request)
         async for chunk in upstream.content.iter_any():
-            await out.write(chunk)
-        await out.write_eof()
-        return out
+            await streamed.write(chunk)
+        await streamed.write_eof()
+        return streamed
     finally:
         upstream.release()
+
+
+def _fits_one_write(request: web.Request, upstream: aiohttp.ClientResponse) -> bool:
+    """A small answer with a length and a body: read whole, sent as one write."""
+    length = upstream.content_length
+    return (
+        length is not None
+        and length <= BUFFER_AT_MOST
+        and request.method != "HEAD"
+        and upstream.status not in BODILESS_STATUSES
+    )
+
+
+def _set_headers(
+    out: web.StreamResponse,
+    kept: list[tuple[str, str]],
+    ours: Mapping[str, str] | None,
+) -> None:
+    """The target's headers with their repeats, then ours replacing a same-named one."""
+    for name, value in kept:
+        out.headers.add(name, value)
+    out.headers.update(ours or {})
