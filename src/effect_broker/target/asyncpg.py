@@ -18,7 +18,6 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
-from typing import Any
 
 import asyncpg
 from asyncpg.pool import PoolConnectionProxy

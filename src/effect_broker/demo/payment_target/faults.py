@@ -57,11 +57,9 @@ class Faults:
 
     def shown(self) -> dict[str, int]:
         """``as_json`` plus, when transactional, how many charges are held now."""
-        return (
-            {**self.as_json(), "held": self.held}
-            if self.transactional
-            else (self.as_json())
-        )
+        if not self.transactional:
+            return self.as_json()
+        return {**self.as_json(), "held": self.held}
 
     def clear(self) -> None:
         for name in self.armable:
