@@ -25,6 +25,15 @@ by path prefix and all writing the same ``charges`` table:
     No key, no lookup: every request is a new charge. Nothing can tell a lost response
     from a request that never arrived.
 
+``POST /transactional/v1/charges`` (``Effect-Attempt-Key``; with ``--database-url``)
+    Keeps its charges in PostgreSQL and runs the target kit: the charge's INSERT and
+    the receipt for the attempt key commit in one transaction, and the kit's lookup
+    and tombstone endpoints (``/.well-known/effect-broker/...``, secret from
+    ``$PAYMENT_TARGET_KIT_SECRET``) let the proxy prove whether an attempt committed or
+    never will. Two more faults exist in this mode, ``hold_before_receipt`` and
+    ``hold_before_commit``: the next charge stops inside its open transaction until
+    ``POST /_faults/release`` (``GET /_faults`` shows how many are ``held``).
+
 For tests and humans: ``GET /charges`` lists every row, ``GET /charges/count?order_id=X``
 counts them, ``GET /healthz`` answers 200. Failure injection, armed at runtime:
 ``POST /_faults`` with ``{"hang_after_commit": n}`` (commit, then never answer: "the
@@ -35,10 +44,12 @@ Run it (``effect-broker up --demo`` starts it for you)::
 
     python -m effect_broker.demo.payment_target --port 9000 --db /tmp/payments.sqlite3
 
-The code is split by job: ``charges`` (request bodies and the SQLite table), ``app``
-(the aiohttp handlers, fault injection) and ``command`` (the command line).
+The code is split by job: ``charges`` (request bodies and the SQLite table),
+``pg_charges`` (transactional mode's table, with the kit), ``faults`` (what
+``/_faults`` arms), ``app`` (the aiohttp handlers) and ``command`` (the command line).
 
-It needs only the standard library and aiohttp, so it can run anywhere the proxy runs.
+Without ``--database-url`` it needs only the standard library and aiohttp (and asyncpg
+installed, as the proxy has it), so it can run anywhere the proxy runs.
 """
 
 from effect_broker.demo.payment_target.app import build_app

@@ -2,7 +2,9 @@
 
 Every handler validates the body, writes through ``ChargeStore`` (in a worker thread,
 so concurrent requests really race in SQLite) and only then answers, unless a fault
-says to lose that answer: the case that makes naive retries double-charge.
+says to lose that answer: the case that makes naive retries double-charge. The
+transactional mode, present only with a PostgreSQL database, writes through
+``PgChargeStore`` and serves the target kit's lookup and tombstone endpoints.
 """
 
 from __future__ import annotations
@@ -11,10 +13,10 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from aiohttp import web
 
@@ -27,6 +29,11 @@ from effect_broker.demo.payment_target.charges import (
     encode,
     parse_charge,
 )
+from effect_broker.demo.payment_target.faults import Faults
+from effect_broker.demo.payment_target.pg_charges import PgChargeStore
+from effect_broker.target import ATTEMPT_KEY_HEADER, MalformedAttemptKey, read_attempt_key
+from effect_broker.target import aiohttp as kit_aiohttp
+from effect_broker.target.asyncpg import AsyncpgBackend, Connection
 
 log = logging.getLogger("payment_target")
 
@@ -50,32 +57,29 @@ class Settings:
 
 
 @dataclass
-class Faults:
-    """Failures armed at runtime through ``/_faults``; each count is used up in turn."""
+class Postgres:
+    """Transactional mode's database: its URL, and its store once the app has started."""
 
-    hang_after_commit: int = 0
-    fail_before_commit: int = 0
-    #: Handler tasks currently withholding an answer, cancelled when the server stops.
-    withheld: set[asyncio.Task[Any]] = field(default_factory=set)
+    url: str
+    opened: PgChargeStore | None = None
 
-    def take(self, name: str) -> bool:
-        """Use up one armed fault called ``name``; False when none is left."""
-        left: int = getattr(self, name)
-        if left <= 0:
-            return False
-        setattr(self, name, left - 1)
-        return True
+    @property
+    def store(self) -> PgChargeStore:
+        if self.opened is None:
+            raise RuntimeError(
+                "the PostgreSQL store is not open: the app has not started"
+            )
+        return self.opened
 
-    def as_json(self) -> dict[str, int]:
-        return {
-            "hang_after_commit": self.hang_after_commit,
-            "fail_before_commit": self.fail_before_commit,
-        }
+    def acquire(self) -> AbstractAsyncContextManager[Connection]:
+        """A pooled connection for the kit's endpoints."""
+        return self.store.pool.acquire()
 
 
 STORE = web.AppKey("store", ChargeStore)
 SETTINGS = web.AppKey("settings", Settings)
 FAULTS = web.AppKey("faults", Faults)
+POSTGRES = web.AppKey("postgres", Postgres)
 
 
 class Answer(web.Response):
@@ -87,9 +91,10 @@ class Answer(web.Response):
         body: bytes,
         outcome: str,
         headers: dict[str, str] | None = None,
+        content_type: str = "application/json",
     ) -> None:
         super().__init__(
-            status=status, body=body, content_type="application/json", headers=headers
+            status=status, body=body, content_type=content_type, headers=headers
         )
         self.outcome = outcome
 
@@ -105,6 +110,8 @@ def _subject(request: web.Request) -> str:
     """The key or correlation id of a request, for the log line."""
     if key := request.headers.get(IDEMPOTENCY_HEADER):
         return f"key={key}"
+    if attempt := request.headers.get(ATTEMPT_KEY_HEADER):
+        return f"attempt={attempt}"
     correlation = request.headers.get(CORRELATION_HEADER) or request.query.get(
         "correlation_id"
     )
@@ -241,15 +248,38 @@ async def post_unsafe(request: web.Request) -> Answer:
     return await _deliver(request, answer)
 
 
+async def post_transactional(request: web.Request) -> Answer:
+    """Charge and store the receipt for ``Effect-Attempt-Key`` in one transaction."""
+    try:
+        attempt_key = read_attempt_key(request.headers)
+    except MalformedAttemptKey as exc:
+        return error(400, str(exc))
+    if attempt_key is None:
+        return error(400, f"missing {ATTEMPT_KEY_HEADER} header")
+    charge = await _read_charge(request)
+    if isinstance(charge, Answer):
+        return charge
+    store = request.app[POSTGRES].store
+    outcome, stored = await store.charge(attempt_key, charge, request.app[FAULTS])
+    headers = dict(stored.headers)
+    content_type = headers.pop("Content-Type", "application/json")
+    answer = Answer(stored.status, stored.body, outcome, headers, content_type)
+    return await _deliver(request, answer)
+
+
 async def list_charges(request: web.Request) -> Answer:
-    rows = await asyncio.to_thread(
-        request.app[STORE].list_charges, request.query.get("order_id")
-    )
+    order_id = request.query.get("order_id")
+    rows = await asyncio.to_thread(request.app[STORE].list_charges, order_id)
+    if POSTGRES in request.app:
+        rows += await request.app[POSTGRES].store.list_charges(order_id)
     return Answer(200, encode(rows), f"{len(rows)} charges")
 
 
 async def count_charges(request: web.Request) -> Answer:
-    n = await asyncio.to_thread(request.app[STORE].count, request.query.get("order_id"))
+    order_id = request.query.get("order_id")
+    n = await asyncio.to_thread(request.app[STORE].count, order_id)
+    if POSTGRES in request.app:
+        n += await request.app[POSTGRES].store.count(order_id)
     return Answer(200, encode({"count": n}), f"count {n}")
 
 
@@ -258,17 +288,18 @@ async def healthz(request: web.Request) -> Answer:
 
 
 async def get_faults(request: web.Request) -> Answer:
-    return Answer(200, encode(request.app[FAULTS].as_json()), "faults")
+    return Answer(200, encode(request.app[FAULTS].shown()), "faults")
 
 
 async def arm_faults(request: web.Request) -> Answer:
-    """Set fault counts from ``{"hang_after_commit": n, "fail_before_commit": n}``."""
+    """Set fault counts from ``{"hang_after_commit": n, "fail_before_commit": n}``
+    (and, in transactional mode, ``hold_before_receipt`` and ``hold_before_commit``)."""
     faults = request.app[FAULTS]
     try:
         wanted = json.loads(await request.read())
     except ValueError:
         return error(400, "body is not valid JSON")
-    known = set(faults.as_json())
+    known = set(faults.armable)
     if not isinstance(wanted, dict) or not wanted or set(wanted) - known:
         return error(400, f"expected an object with some of {sorted(known)}")
     for name, count in wanted.items():
@@ -281,8 +312,14 @@ async def arm_faults(request: web.Request) -> Answer:
 
 async def clear_faults(request: web.Request) -> Answer:
     faults = request.app[FAULTS]
-    faults.hang_after_commit = faults.fail_before_commit = 0
+    faults.clear()
     return Answer(200, encode(faults.as_json()), "cleared")
+
+
+async def release_held(request: web.Request) -> Answer:
+    """Let every charge held inside its transaction go on (to its receipt or commit)."""
+    released = request.app[FAULTS].release()
+    return Answer(200, encode({"released": released}), f"released {released}")
 
 
 async def _release_withheld(app: web.Application) -> None:
@@ -297,11 +334,17 @@ def build_app(
     settlement_delay: float,
     key_retention: float,
     hang_after_commit: Sequence[str] = (),
+    database_url: str | None = None,
+    kit_secret: str | None = None,
+    tombstone_wait: float = 1.0,
 ) -> web.Application:
     """The payment target as an aiohttp application, its database ready to use.
 
     ``hang_after_commit`` lists path prefixes whose charges always commit and then
     withhold their answer, in addition to faults armed at runtime via ``/_faults``.
+    ``database_url`` adds transactional mode on that PostgreSQL database, with the
+    kit's endpoints authenticated by ``kit_secret``; a tombstone waits at most
+    ``tombstone_wait`` seconds for a charge whose receipt is not committed yet.
     """
     if settlement_delay < 0 or key_retention < 0:
         raise ValueError("settlement_delay and key_retention must not be negative")
@@ -310,8 +353,12 @@ def build_app(
     app = web.Application(middlewares=[log_requests])
     app[STORE] = store
     app[SETTINGS] = Settings(settlement_delay, key_retention, tuple(hang_after_commit))
-    app[FAULTS] = Faults()
+    app[FAULTS] = Faults(transactional=database_url is not None)
     app.on_shutdown.append(_release_withheld)
+    if database_url is not None:
+        if not kit_secret:
+            raise ValueError("transactional mode needs the kit's shared secret")
+        _add_transactional(app, Postgres(database_url), kit_secret, tombstone_wait)
     app.add_routes(
         [
             web.post("/idempotent/v1/charges", post_idempotent),
@@ -324,6 +371,24 @@ def build_app(
             web.get("/_faults", get_faults),
             web.post("/_faults", arm_faults),
             web.delete("/_faults", clear_faults),
+            web.post("/_faults/release", release_held),
         ]
     )
     return app
+
+
+def _add_transactional(
+    app: web.Application, postgres: Postgres, secret: str, tombstone_wait: float
+) -> None:
+    """The transactional route, its store opened with the app, and the kit on it."""
+
+    async def open_store(_app: web.Application) -> AsyncIterator[None]:
+        postgres.opened = await PgChargeStore.open(postgres.url)
+        yield
+        await postgres.opened.close()
+
+    app[POSTGRES] = postgres
+    app.cleanup_ctx.append(open_store)
+    app.router.add_post("/transactional/v1/charges", post_transactional)
+    backend = AsyncpgBackend(postgres.acquire, tombstone_wait=tombstone_wait)
+    kit_aiohttp.setup(app, backend, secret=secret)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import signal
 import sys
 from collections.abc import Sequence
@@ -18,6 +19,10 @@ from pathlib import Path
 from aiohttp import web
 
 from effect_broker.demo.payment_target.app import build_app
+
+#: Where transactional mode reads the kit's shared secret: the environment, never argv
+#: (which every user of the machine can read in the process list).
+KIT_SECRET_ENV = "PAYMENT_TARGET_KIT_SECRET"
 
 
 def _seconds(text: str) -> float:
@@ -58,7 +63,24 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         metavar="PATH_PREFIX",
         help="charges under these path prefixes commit and then never answer",
     )
-    return parser.parse_args(argv)
+    parser.add_argument(
+        "--database-url",
+        metavar="URL",
+        help="PostgreSQL database for transactional mode (POST /transactional/v1/charges"
+        f" and the target kit's endpoints; shared secret in ${KIT_SECRET_ENV})",
+    )
+    parser.add_argument(
+        "--tombstone-wait",
+        type=_seconds,
+        default=1.0,
+        metavar="SECONDS",
+        help="how long a tombstone waits for a charge committing right now (then 503)",
+    )
+    args = parser.parse_args(argv)
+    args.kit_secret = os.environ.get(KIT_SECRET_ENV)
+    if args.database_url and not args.kit_secret:
+        parser.error(f"--database-url needs the kit's shared secret in ${KIT_SECRET_ENV}")
+    return args
 
 
 async def serve(args: argparse.Namespace) -> None:
@@ -68,6 +90,9 @@ async def serve(args: argparse.Namespace) -> None:
         settlement_delay=args.settlement_delay,
         key_retention=args.key_retention,
         hang_after_commit=args.hang_after_commit,
+        database_url=args.database_url,
+        kit_secret=args.kit_secret,
+        tombstone_wait=args.tombstone_wait,
     )
     runner = web.AppRunner(app, access_log=None, shutdown_timeout=5.0)
     await runner.setup()
