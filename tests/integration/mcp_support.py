@@ -13,7 +13,17 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import uvicorn
-from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver import Context, MCPServer
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+
+@dataclass
+class Seen:
+    """One HTTP request as the server received it, and how it framed its answer."""
+
+    method: str
+    headers: dict[str, str]
+    content_type: str | None = None
 
 
 @dataclass
@@ -21,6 +31,7 @@ class ToolStore:
     """What the server really did: calls per tool, and the arguments each received."""
 
     calls: Counter[str] = field(default_factory=Counter)
+    seen: list[Seen] = field(default_factory=list)  # every HTTP request, in order
     received: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
     hang: asyncio.Event = field(default_factory=asyncio.Event)  # never set: hangs
     captures: dict[str, str] = field(default_factory=dict)  # idempotency key -> id
@@ -69,6 +80,14 @@ def build_server(store: ToolStore) -> MCPServer:
         return "sent"
 
     @server.tool()
+    async def open_account(owner: str, ctx: Context) -> dict[str, Any]:
+        """Open an account, reporting progress (so the answer streams as SSE)."""
+        await ctx.report_progress(1, 2, "opening")
+        store.calls["open_account"] += 1
+        store.received.append(("open_account", {"owner": owner}))
+        return {"account": f"acc_{store.calls['open_account']}", "owner": owner}
+
+    @server.tool()
     def get_balance() -> int:
         """Read the balance."""
         store.calls["get_balance"] += 1
@@ -86,7 +105,9 @@ def build_server(store: ToolStore) -> MCPServer:
 @asynccontextmanager
 async def serve_mcp(store: ToolStore, *, stateless: bool = False) -> AsyncIterator[str]:
     """Serve the test server; yields its base URL (the endpoint is /mcp)."""
-    app = build_server(store).streamable_http_app(stateless_http=stateless)
+    app = observed(
+        build_server(store).streamable_http_app(stateless_http=stateless), store
+    )
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
@@ -103,6 +124,32 @@ async def serve_mcp(store: ToolStore, *, stateless: bool = False) -> AsyncIterat
         server.should_exit = True
         await task
         sock.close()
+
+
+def observed(app: ASGIApp, store: ToolStore) -> ASGIApp:
+    """``app``, noting each HTTP request's headers and its answer's content type in
+    ``store.seen``: what the proxy really sent, and how the server really framed it."""
+
+    async def observing(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await app(scope, receive, send)
+            return
+        headers = {
+            name.decode().lower(): value.decode() for name, value in scope["headers"]
+        }
+        seen = Seen(scope["method"], headers)
+        store.seen.append(seen)
+
+        async def sending(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                for name, value in message.get("headers", []):
+                    if name.lower() == b"content-type":
+                        seen.content_type = value.decode()
+            await send(message)
+
+        await app(scope, receive, sending)
+
+    return observing
 
 
 MCP_ROUTES = """\
@@ -137,6 +184,7 @@ routes:
     mcp:
       tools:
         create_charge: {{contract: billing.charge}}
+        open_account: {{contract: billing.charge}}
         refund: {{contract: billing.refund}}
         capture_payment: {{contract: billing.capture}}
         send_receipt_email: {{contract: email.send}}
