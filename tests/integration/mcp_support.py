@@ -35,6 +35,8 @@ class ToolStore:
     received: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
     hang: asyncio.Event = field(default_factory=asyncio.Event)  # never set: hangs
     captures: dict[str, str] = field(default_factory=dict)  # idempotency key -> id
+    started: asyncio.Event = field(default_factory=asyncio.Event)  # a slow tool began
+    release: asyncio.Event = field(default_factory=asyncio.Event)  # lets it finish
 
 
 def build_server(store: ToolStore) -> MCPServer:
@@ -88,6 +90,14 @@ def build_server(store: ToolStore) -> MCPServer:
         return {"account": f"acc_{store.calls['open_account']}", "owner": owner}
 
     @server.tool()
+    async def transfer(amount: int) -> dict[str, Any]:
+        """Move money, slowly: runs until the test releases it."""
+        store.calls["transfer"] += 1
+        store.started.set()
+        await store.release.wait()
+        return {"transfer_id": f"tr_{store.calls['transfer']}", "amount": amount}
+
+    @server.tool()
     def get_balance() -> int:
         """Read the balance."""
         store.calls["get_balance"] += 1
@@ -121,6 +131,7 @@ async def serve_mcp(store: ToolStore, *, stateless: bool = False) -> AsyncIterat
         yield f"http://127.0.0.1:{port}"
     finally:
         store.hang.set()
+        store.release.set()
         server.should_exit = True
         await task
         sock.close()
@@ -185,6 +196,7 @@ routes:
       tools:
         create_charge: {{contract: billing.charge}}
         open_account: {{contract: billing.charge}}
+        transfer: {{contract: billing.charge}}
         refund: {{contract: billing.refund}}
         capture_payment: {{contract: billing.capture}}
         send_receipt_email: {{contract: email.send}}
