@@ -5,15 +5,17 @@ against. Served by uvicorn on a loopback socket inside the test's event loop."""
 from __future__ import annotations
 
 import asyncio
+import json
 import socket
 from collections import Counter
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Annotated, Any
 
 import uvicorn
-from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver import Context, Elicit, MCPServer, Resolve
+from pydantic import BaseModel
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 
@@ -24,6 +26,19 @@ class Seen:
     method: str
     headers: dict[str, str]
     content_type: str | None = None
+    body: bytes = b""
+
+    @property
+    def tool_call(self) -> str | None:
+        """The tool this request called, if it was a ``tools/call``."""
+        try:
+            message = json.loads(self.body)
+        except ValueError:
+            return None
+        if not isinstance(message, dict) or message.get("method") != "tools/call":
+            return None
+        name = message.get("params", {}).get("name")
+        return name if isinstance(name, str) else None
 
 
 @dataclass
@@ -39,8 +54,27 @@ class ToolStore:
     release: asyncio.Event = field(default_factory=asyncio.Event)  # lets it finish
 
 
+class Approval(BaseModel):
+    approver: str
+
+
+def ask_approval(amount: int) -> Elicit[Approval]:
+    return Elicit(f"Approve a payout of {amount}?", Approval)
+
+
 def build_server(store: ToolStore) -> MCPServer:
     server = MCPServer("billing")
+
+    @server.tool()
+    def pay_out(
+        amount: int, approval: Annotated[Approval, Resolve(ask_approval)]
+    ) -> dict[str, Any]:
+        """Pay out once someone approves: asks the client (elicitation) first. The
+        2026-07-28 revision asks in an input_required result; earlier ones send an
+        elicitation request on the call's own stream."""
+        store.calls["pay_out"] += 1
+        store.received.append(("pay_out", {"amount": amount}))
+        return {"payout": f"po_{store.calls['pay_out']}", "approver": approval.approver}
 
     @server.tool()
     def create_charge(amount: int, currency: str) -> dict[str, Any]:
@@ -151,6 +185,12 @@ def observed(app: ASGIApp, store: ToolStore) -> ASGIApp:
         seen = Seen(scope["method"], headers)
         store.seen.append(seen)
 
+        async def receiving() -> Message:
+            message = await receive()
+            if message["type"] == "http.request":
+                seen.body += message.get("body", b"")
+            return message
+
         async def sending(message: Message) -> None:
             if message["type"] == "http.response.start":
                 for name, value in message.get("headers", []):
@@ -158,7 +198,7 @@ def observed(app: ASGIApp, store: ToolStore) -> ASGIApp:
                         seen.content_type = value.decode()
             await send(message)
 
-        await app(scope, receive, sending)
+        await app(scope, receiving, sending)
 
     return observing
 
@@ -197,6 +237,7 @@ routes:
         create_charge: {{contract: billing.charge}}
         open_account: {{contract: billing.charge}}
         transfer: {{contract: billing.charge}}
+        pay_out: {{contract: email.send}}
         refund: {{contract: billing.refund}}
         capture_payment: {{contract: billing.capture}}
         send_receipt_email: {{contract: email.send}}

@@ -32,12 +32,8 @@ async def modern(broker: Broker) -> AsyncIterator[Client]:
 
 
 def calls_seen(store: ToolStore, tool: str) -> list[Seen]:
-    return [
-        seen
-        for seen in store.seen
-        if seen.headers.get("mcp-method") == "tools/call"
-        and seen.headers.get("mcp-name") == tool
-    ]
+    """Every tools/call of ``tool`` that reached the server."""
+    return [seen for seen in store.seen if seen.tool_call == tool]
 
 
 def envelope() -> dict[str, Any]:
@@ -97,6 +93,8 @@ async def test_two_identical_calls_run_once_without_a_session(
     # What reached the server was the new revision: named in headers, no session.
     [sent] = calls_seen(store, "create_charge")
     assert sent.headers["mcp-protocol-version"] == REVISION
+    assert sent.headers["mcp-method"] == "tools/call"
+    assert sent.headers["mcp-name"] == "create_charge"
     assert not any("mcp-session-id" in seen.headers for seen in store.seen)
 
 
