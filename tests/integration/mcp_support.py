@@ -116,6 +116,14 @@ def build_server(store: ToolStore) -> MCPServer:
         return "sent"
 
     @server.tool()
+    def quote_payout(
+        amount: int, approval: Annotated[Approval, Resolve(ask_approval)]
+    ) -> str:
+        """Read-only, but asks the client too: unrecorded calls relay the question."""
+        store.calls["quote_payout"] += 1
+        return f"{amount} approved by {approval.approver}"
+
+    @server.tool()
     async def open_account(owner: str, ctx: Context) -> dict[str, Any]:
         """Open an account, reporting progress (so the answer streams as SSE)."""
         await ctx.report_progress(1, 2, "opening")
@@ -241,7 +249,7 @@ routes:
         refund: {{contract: billing.refund}}
         capture_payment: {{contract: billing.capture}}
         send_receipt_email: {{contract: email.send}}
-      read_only: [get_balance]
+      read_only: [get_balance, quote_payout]
       unclassified: {unclassified}
 """
 

@@ -104,3 +104,24 @@ async def test_a_mid_call_server_request_is_refused_at_once(
     assert [(r["operation_key"], r["status"]) for r in rows] == [
         ("payout-2", "outcome_unknown")
     ]
+
+
+async def test_an_unrecorded_call_relays_the_server_request(
+    database_url: str, tmp_path: Path
+) -> None:
+    """A read-only tool is streamed both ways: the question reaches the client and
+    its answer reaches the server, on the session's own revision."""
+    store = ToolStore()
+    approver = Approver()
+    async with (
+        mcp_broker(database_url, tmp_path, store) as broker,
+        streamable_http_client(f"{broker.proxy_url}/mcp") as (read, write),
+        ClientSession(read, write, elicitation_callback=approver) as session,
+    ):
+        await session.initialize()
+        async with asyncio.timeout(DEADLINE):
+            quoted = await session.call_tool("quote_payout", {"amount": 8})
+        rows = await ledger_rows(database_url)
+    assert quoted.content[0].text == "8 approved by grace"
+    assert approver.asked == ["Approve a payout of 8?"]
+    assert store.calls["quote_payout"] == 1 and rows == []
