@@ -5,15 +5,40 @@ against. Served by uvicorn on a loopback socket inside the test's event loop."""
 from __future__ import annotations
 
 import asyncio
+import json
 import socket
 from collections import Counter
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Annotated, Any
 
 import uvicorn
-from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver import Context, Elicit, MCPServer, Resolve
+from pydantic import BaseModel
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+
+@dataclass
+class Seen:
+    """One HTTP request as the server received it, and how it framed its answer."""
+
+    method: str
+    headers: dict[str, str]
+    content_type: str | None = None
+    body: bytes = b""
+
+    @property
+    def tool_call(self) -> str | None:
+        """The tool this request called, if it was a ``tools/call``."""
+        try:
+            message = json.loads(self.body)
+        except ValueError:
+            return None
+        if not isinstance(message, dict) or message.get("method") != "tools/call":
+            return None
+        name = message.get("params", {}).get("name")
+        return name if isinstance(name, str) else None
 
 
 @dataclass
@@ -21,13 +46,35 @@ class ToolStore:
     """What the server really did: calls per tool, and the arguments each received."""
 
     calls: Counter[str] = field(default_factory=Counter)
+    seen: list[Seen] = field(default_factory=list)  # every HTTP request, in order
     received: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
     hang: asyncio.Event = field(default_factory=asyncio.Event)  # never set: hangs
     captures: dict[str, str] = field(default_factory=dict)  # idempotency key -> id
+    started: asyncio.Event = field(default_factory=asyncio.Event)  # a slow tool began
+    release: asyncio.Event = field(default_factory=asyncio.Event)  # lets it finish
+
+
+class Approval(BaseModel):
+    approver: str
+
+
+def ask_approval(amount: int) -> Elicit[Approval]:
+    return Elicit(f"Approve a payout of {amount}?", Approval)
 
 
 def build_server(store: ToolStore) -> MCPServer:
     server = MCPServer("billing")
+
+    @server.tool()
+    def pay_out(
+        amount: int, approval: Annotated[Approval, Resolve(ask_approval)]
+    ) -> dict[str, Any]:
+        """Pay out once someone approves: asks the client (elicitation) first. The
+        2026-07-28 revision asks in an input_required result; earlier ones send an
+        elicitation request on the call's own stream."""
+        store.calls["pay_out"] += 1
+        store.received.append(("pay_out", {"amount": amount}))
+        return {"payout": f"po_{store.calls['pay_out']}", "approver": approval.approver}
 
     @server.tool()
     def create_charge(amount: int, currency: str) -> dict[str, Any]:
@@ -69,6 +116,30 @@ def build_server(store: ToolStore) -> MCPServer:
         return "sent"
 
     @server.tool()
+    def quote_payout(
+        amount: int, approval: Annotated[Approval, Resolve(ask_approval)]
+    ) -> str:
+        """Read-only, but asks the client too: unrecorded calls relay the question."""
+        store.calls["quote_payout"] += 1
+        return f"{amount} approved by {approval.approver}"
+
+    @server.tool()
+    async def open_account(owner: str, ctx: Context) -> dict[str, Any]:
+        """Open an account, reporting progress (so the answer streams as SSE)."""
+        await ctx.report_progress(1, 2, "opening")
+        store.calls["open_account"] += 1
+        store.received.append(("open_account", {"owner": owner}))
+        return {"account": f"acc_{store.calls['open_account']}", "owner": owner}
+
+    @server.tool()
+    async def transfer(amount: int) -> dict[str, Any]:
+        """Move money, slowly: runs until the test releases it."""
+        store.calls["transfer"] += 1
+        store.started.set()
+        await store.release.wait()
+        return {"transfer_id": f"tr_{store.calls['transfer']}", "amount": amount}
+
+    @server.tool()
     def get_balance() -> int:
         """Read the balance."""
         store.calls["get_balance"] += 1
@@ -86,7 +157,9 @@ def build_server(store: ToolStore) -> MCPServer:
 @asynccontextmanager
 async def serve_mcp(store: ToolStore, *, stateless: bool = False) -> AsyncIterator[str]:
     """Serve the test server; yields its base URL (the endpoint is /mcp)."""
-    app = build_server(store).streamable_http_app(stateless_http=stateless)
+    app = observed(
+        build_server(store).streamable_http_app(stateless_http=stateless), store
+    )
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
@@ -100,9 +173,42 @@ async def serve_mcp(store: ToolStore, *, stateless: bool = False) -> AsyncIterat
         yield f"http://127.0.0.1:{port}"
     finally:
         store.hang.set()
+        store.release.set()
         server.should_exit = True
         await task
         sock.close()
+
+
+def observed(app: ASGIApp, store: ToolStore) -> ASGIApp:
+    """``app``, noting each HTTP request's headers and its answer's content type in
+    ``store.seen``: what the proxy really sent, and how the server really framed it."""
+
+    async def observing(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await app(scope, receive, send)
+            return
+        headers = {
+            name.decode().lower(): value.decode() for name, value in scope["headers"]
+        }
+        seen = Seen(scope["method"], headers)
+        store.seen.append(seen)
+
+        async def receiving() -> Message:
+            message = await receive()
+            if message["type"] == "http.request":
+                seen.body += message.get("body", b"")
+            return message
+
+        async def sending(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                for name, value in message.get("headers", []):
+                    if name.lower() == b"content-type":
+                        seen.content_type = value.decode()
+            await send(message)
+
+        await app(scope, receiving, sending)
+
+    return observing
 
 
 MCP_ROUTES = """\
@@ -137,10 +243,13 @@ routes:
     mcp:
       tools:
         create_charge: {{contract: billing.charge}}
+        open_account: {{contract: billing.charge}}
+        transfer: {{contract: billing.charge}}
+        pay_out: {{contract: email.send}}
         refund: {{contract: billing.refund}}
         capture_payment: {{contract: billing.capture}}
         send_receipt_email: {{contract: email.send}}
-      read_only: [get_balance]
+      read_only: [get_balance, quote_payout]
       unclassified: {unclassified}
 """
 

@@ -74,3 +74,73 @@ def test_validate_missing_file_is_a_clean_error(tmp_path: Path) -> None:
     assert f"{missing}: (file): no such file" in result.stderr
     assert "Traceback" not in result.output
     assert result.exception is None or isinstance(result.exception, SystemExit)
+
+
+MCP_ROUTES = """\
+version: 1
+contracts:
+  - name: billing.charge
+    version: "1"
+    safety: idempotent
+    idempotency_header: Idempotency-Key
+    key_retention: 1h
+  - name: billing.refund
+    version: "2"
+    safety: idempotent
+    idempotency_argument: idempotency_key
+    key_retention: 1h
+  - name: email.send
+    version: "1"
+    safety: unsafe
+routes:
+  - name: billing-mcp
+    match: {path: /mcp}
+    upstream: http://127.0.0.1:9100
+    mcp:
+      operation_key_argument: intent_key
+      tools:
+        create_charge: {contract: billing.charge}
+        refund: {contract: billing.refund}
+        send_receipt_email: {contract: email.send}
+      read_only: [get_balance]
+      unclassified: pass
+"""
+
+
+def table_rows(out: str) -> dict[str, list[str]]:
+    """Each table row of rich's output by its first cell, cells stripped."""
+    rows = {}
+    for line in out.splitlines():
+        cells = [cell.strip() for cell in line.split("│")[1:-1]]
+        if cells:
+            rows[cells[0]] = cells[1:]
+    return rows
+
+
+def test_validate_shows_each_mcp_tool_with_its_contract(tmp_path: Path) -> None:
+    routes = tmp_path / "routes.yaml"
+    routes.write_text(MCP_ROUTES)
+    result = runner.invoke(app, ["routes", "validate", str(routes)])
+    assert result.exit_code == 0, result.output
+    out = result.stdout
+    assert "(mcp)@0" not in out and "unsafe" not in table_rows(out)["billing-mcp"]
+    assert "MCP tools on billing-mcp (operation key argument: intent_key)" in out
+    rows = table_rows(out)
+    assert rows["create_charge"] == [
+        "billing.charge@1",
+        "idempotent",
+        "Idempotency-Key",
+        "recorded",
+    ]
+    assert rows["refund"][:3] == [
+        "billing.refund@2",
+        "idempotent",
+        "argument idempotency_key",
+    ]
+    assert rows["send_receipt_email"][:3] == ["email.send@1", "unsafe", "-"]
+    assert rows["get_balance"] == ["-", "read-only", "-", "passed through, unrecorded"]
+    assert rows["(any other tool)"][-1] == (
+        "passed through, unrecorded (unclassified: pass)"
+    )
+    assert rows["billing.refund"][2] == "argument idempotency_key"  # contracts table
+    assert "valid (1 route)" in out

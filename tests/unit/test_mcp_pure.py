@@ -155,6 +155,37 @@ def test_stream_without_answer_is_unknown() -> None:
     assert McpProtocol().judge(notice, effect(), CHARGE) is EffectStatus.OUTCOME_UNKNOWN
 
 
+SSE = "text/event-stream; charset=utf-8"
+
+
+def event(document: dict[str, Any]) -> bytes:
+    return b"event: message\r\ndata: " + json.dumps(document).encode() + b"\r\n\r\n"
+
+
+ELICIT = {"jsonrpc": "2.0", "id": 0, "method": "elicitation/create", "params": {}}
+PROGRESS = {"jsonrpc": "2.0", "method": "notifications/progress", "params": {}}
+RESULT = {"jsonrpc": "2.0", "id": 1, "result": {"content": []}}
+
+
+def test_the_watch_stops_at_a_server_request_split_across_chunks() -> None:
+    watch = McpProtocol().watch()
+    stream = event(PROGRESS) + event(ELICIT)
+    cut = len(event(PROGRESS)) + 30  # mid-event, then mid-CRLF of the last blank line
+    chunks = [stream[:cut], stream[cut:-1], stream[-1:]]
+    reasons = [watch(SSE, chunk) for chunk in chunks]
+    assert reasons[:2] == [None, None]
+    assert reasons[2] is not None and reasons[2].endswith("elicitation/create")
+
+
+def test_the_watch_reads_on_after_the_response_and_for_json() -> None:
+    answered = McpProtocol().watch()
+    assert answered(SSE, event(RESULT)) is None
+    assert answered(SSE, event(ELICIT)) is None  # the call already has its answer
+    assert McpProtocol().watch()("application/json", json.dumps(ELICIT).encode()) is None
+    notified = McpProtocol().watch()
+    assert notified(SSE, event(PROGRESS) * 3) is None
+
+
 def test_idempotency_argument_gets_the_derived_key() -> None:
     contract = Contract(
         "r", "1", SafetyClass.IDEMPOTENT, idempotency_argument="idem", key_retention=None

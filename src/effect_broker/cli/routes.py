@@ -10,6 +10,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from effect_broker.config.contracts import Contract, Route
 from effect_broker.config.durations import format_duration
 from effect_broker.config.routes_config import RoutesConfig
 from effect_broker.config.routes_file import load_routes
@@ -39,8 +40,12 @@ def validate(
     if not console.is_terminal:
         console = Console(width=_PIPE_WIDTH)
     console.print(routes_table(config))
+    for route in config.routes:
+        if route.mcp is not None:
+            console.print(mcp_tools_table(route))
     console.print(contracts_table(config))
-    console.print(f"{path}: valid ({len(config.routes)} routes)")
+    count = len(config.routes)
+    console.print(f"{path}: valid ({count} route{'s' if count != 1 else ''})")
 
 
 @routes_app.command("schema")
@@ -58,16 +63,59 @@ def routes_table(config: RoutesConfig) -> Table:
     for column in ("name", "method", "host", "path", "upstream", "contract", "safety"):
         table.add_column(column, overflow="fold")
     for route in config.routes:
+        if route.mcp is None:
+            contract, safety = route.contract.ref, route.contract.safety.value
+        else:  # its placeholder contract records nothing: each tool has its own
+            contract, safety = "(MCP: per tool)", "(per tool)"
         table.add_row(
             route.name,
             ",".join(sorted(route.match.methods)),
             route.match.host or "(reverse)",
             route.match.path,
             route.upstream or "(request host)",
-            route.contract.ref,
-            route.contract.safety.value,
+            contract,
+            safety,
         )
     return table
+
+
+def mcp_tools_table(route: Route) -> Table:
+    """What an MCP route does with each ``tools/call``: a configured tool is recorded
+    under its contract, a read-only one passes unrecorded, any other is refused or
+    passed by the route's ``unclassified`` policy. An operator reads here, before a
+    call is ever made, which tools can be charged twice and which cannot."""
+    mcp = route.mcp
+    assert mcp is not None
+    table = Table(
+        title=f"MCP tools on {route.name} (operation key argument: "
+        f"{mcp.operation_key_argument})",
+        title_justify="left",
+    )
+    for column in ("tool", "contract", "safety", "downstream key", "on tools/call"):
+        table.add_column(column, overflow="fold")
+    for tool, contract in sorted(mcp.tools.items()):
+        table.add_row(
+            tool,
+            contract.ref,
+            contract.safety.value,
+            downstream_key_place(contract),
+            "recorded",
+        )
+    for tool in sorted(mcp.read_only):
+        table.add_row(tool, "-", "read-only", "-", "passed through, unrecorded")
+    if mcp.unclassified == "reject":
+        policy = "refused (unclassified: reject)"
+    else:
+        policy = "passed through, unrecorded (unclassified: pass)"
+    table.add_row("(any other tool)", "-", "-", "-", policy)
+    return table
+
+
+def downstream_key_place(contract: Contract) -> str:
+    """Where the target receives the derived key: a header, or an MCP tool argument."""
+    if contract.idempotency_argument is not None:
+        return f"argument {contract.idempotency_argument}"
+    return contract.downstream_header or "-"
 
 
 def contracts_table(config: RoutesConfig) -> Table:
@@ -76,7 +124,7 @@ def contracts_table(config: RoutesConfig) -> Table:
         "name",
         "version",
         "safety",
-        "downstream header",
+        "downstream key",
         "retention",
         "settlement bound",
         "timeout",
@@ -90,7 +138,7 @@ def contracts_table(config: RoutesConfig) -> Table:
             contract.name,
             contract.version,
             contract.safety.value,
-            contract.downstream_header or "-",
+            downstream_key_place(contract),
             format_duration(retention) if retention is not None else "-",
             format_duration(bound) if bound is not None else "-",
             format_duration(contract.timeout),

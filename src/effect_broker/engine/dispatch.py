@@ -23,7 +23,7 @@ from effect_broker.engine.outcomes import (
     status_after_answer,
 )
 from effect_broker.engine.probe import ProbeResult, ProbeVerdict, run_probe
-from effect_broker.engine.protocol import TargetProtocol
+from effect_broker.engine.protocol import CutsShort, TargetProtocol
 from effect_broker.engine.sealed import seal_response
 from effect_broker.engine.slots import NoFreeSlot
 from effect_broker.engine.targets import base_url
@@ -109,6 +109,8 @@ class Dispatcher:
         """Send for an effect this worker already holds in DISPATCHING (its attempt and
         lease committed), then settle it."""
         failpoints.hit(failpoints.BEFORE_UPSTREAM_SEND)
+        protocol = self._protocols.get(effect.route)
+        watch = protocol.watch() if isinstance(protocol, CutsShort) else None
         try:
             async with self._slots.hold(effect.route):
                 attempt = await send(
@@ -119,6 +121,7 @@ class Dispatcher:
                     body=request.body,
                     timeout=contract.timeout,
                     max_body=self._max_receipt_bytes,
+                    watch=watch,
                 )
         except NoFreeSlot as exc:
             attempt = AttemptResult(Delivery.NOT_SENT, detail=str(exc), saturated=True)
@@ -169,7 +172,7 @@ class Dispatcher:
             )
         if next_status is EffectStatus.OUTCOME_UNKNOWN:
             return await self._mark_unknown(
-                effect, contract, f"target answered {response.status}"
+                effect, contract, attempt.detail or f"target answered {response.status}"
             )
         if next_status is EffectStatus.RETRYABLE:
             next_status = EffectStatus.FAILED_FINAL  # out of attempts: final as answered

@@ -9,7 +9,8 @@ is placed. Routes without one keep the HTTP rules of ``outcomes``.
 
 from __future__ import annotations
 
-from typing import Protocol
+from collections.abc import Callable
+from typing import Protocol, runtime_checkable
 
 from effect_broker.config.contracts import Contract
 from effect_broker.engine.messages import StoredRequest, StoredResponse
@@ -33,4 +34,23 @@ class TargetProtocol(Protocol):
     ) -> StoredRequest:
         """The outgoing request with the derived key placed where the target reads it
         (headers are already done); the stored request itself never holds it."""
+        ...
+
+
+# One answer's watch: given its content type and each chunk as it arrives, a reason to
+# stop reading, or None to read on.
+AnswerWatch = Callable[[str | None, bytes], str | None]
+
+
+@runtime_checkable
+class CutsShort(Protocol):
+    """Optional, beside ``TargetProtocol``: a target whose answer may stop being one
+    the proxy can wait for. An MCP server may, mid-call, send the client a request of
+    its own (elicitation, sampling) on the call's stream and wait for the client's
+    answer; a recorded call cannot relay it, so reading on would only wait for the
+    timeout. A reason from the watch ends the read there: the answer so far is judged
+    as the complete one, and the reason becomes the attempt's detail."""
+
+    def watch(self) -> AnswerWatch:
+        """A fresh watch for one answer (it may keep state across chunks)."""
         ...

@@ -23,6 +23,7 @@ from opentelemetry.trace import SpanKind, StatusCode
 from yarl import URL
 
 from effect_broker.engine.messages import StoredResponse
+from effect_broker.engine.protocol import AnswerWatch
 from effect_broker.headers import Headers, response_headers
 from effect_broker.tracing import tracer, with_current_context
 
@@ -87,10 +88,12 @@ async def send(
     body: bytes,
     timeout: timedelta,
     max_body: int,
+    watch: AnswerWatch | None = None,
 ) -> AttemptResult:
     """Send once and read at most ``max_body`` bytes of the answer, in a client span
     whose context the target receives. The URL is not an attribute: a lookup's URL
-    carries the derived key, which no span may hold."""
+    carries the derived key, which no span may hold. ``watch`` may end the read early
+    (``protocol.CutsShort``)."""
     target = URL(url, encoded=True)
     with tracer.start_as_current_span(
         method,
@@ -110,6 +113,7 @@ async def send(
             body=body,
             timeout=timeout,
             max_body=max_body,
+            watch=watch,
         )
         if result.response is not None:
             span.set_attribute("http.response.status_code", result.response.status)
@@ -127,6 +131,7 @@ async def _send(
     body: bytes,
     timeout: timedelta,
     max_body: int,
+    watch: AnswerWatch | None = None,
 ) -> AttemptResult:
     seconds = timeout.total_seconds()
     started = time.perf_counter()
@@ -141,9 +146,11 @@ async def _send(
                 allow_redirects=False,
                 timeout=aiohttp.ClientTimeout(total=None, connect=seconds),
             )
-            payload = await _read_up_to(response, max_body + 1)
-            overflow = len(payload) > max_body
-            if not overflow:
+            payload, cut = await _read_up_to(response, max_body + 1, watch)
+            overflow = cut is None and len(payload) > max_body
+            if cut is not None:
+                response.close()  # the rest is never read: not reusable
+            elif not overflow:
                 response.release()
     except (
         aiohttp.ClientConnectorCertificateError,
@@ -186,6 +193,7 @@ async def _send(
     return AttemptResult(
         Delivery.ANSWERED,
         stored,
+        detail=cut or "",
         overflow=response if overflow else None,
         elapsed=time.perf_counter() - started,
     )
@@ -198,15 +206,21 @@ def tls_failure(host: str | None, exc: aiohttp.ClientConnectorError) -> str:
     return f"TLS with {host} failed: {reason or cause}"
 
 
-async def _read_up_to(response: aiohttp.ClientResponse, limit: int) -> bytes:
-    """Read until EOF or ``limit`` bytes; a body cut short raises ClientPayloadError."""
+async def _read_up_to(
+    response: aiohttp.ClientResponse, limit: int, watch: AnswerWatch | None = None
+) -> tuple[bytes, str | None]:
+    """Read until EOF, ``limit`` bytes, or ``watch`` gives a reason (returned with the
+    bytes); a body that ends early raises ClientPayloadError."""
     payload = bytearray()
+    content_type = response.headers.get("Content-Type")
     while len(payload) < limit:
         chunk = await response.content.read(limit - len(payload))
         if not chunk:
             break
         payload += chunk
-    return bytes(payload)
+        if watch is not None and (reason := watch(content_type, chunk)):
+            return bytes(payload), reason
+    return bytes(payload), None
 
 
 def _close(response: aiohttp.ClientResponse | None) -> None:

@@ -10,7 +10,12 @@ the HTTP status alone proves little. The rules, most conservative first:
 * ``resultType: input_required``: the server is still asking, never a final answer;
 * a result, ``isError: true`` included: the tool's final answer, stored and replayed;
 * an HTTP 4xx before any JSON-RPC (a dead session, a refused header): nothing ran,
-  so the same key may be sent again; on a later attempt: unknown.
+  so the same key may be sent again; on a later attempt: unknown;
+* a request from the server to the client on the call's stream (elicitation,
+  sampling, roots; the revisions before 2026-07-28 send them mid-call): the read stops
+  there (``watch``), since a recorded call cannot relay it and the server would wait
+  until the timeout; with no response in it, the answer is unknown like any cut
+  stream: the tool may have acted before it asked.
 """
 
 from __future__ import annotations
@@ -21,11 +26,13 @@ from dataclasses import replace
 from effect_broker.config.contracts import Contract
 from effect_broker.engine.messages import StoredRequest, StoredResponse
 from effect_broker.engine.outcomes import status_after_answer
+from effect_broker.engine.protocol import AnswerWatch
 from effect_broker.mcp.jsonrpc import (
     INVALID_PARAMS,
     INVALID_REQUEST,
     METHOD_NOT_FOUND,
     PARSE_ERROR,
+    ServerRequestWatch,
     find_response,
 )
 from effect_broker.models import Effect, EffectStatus
@@ -33,6 +40,9 @@ from effect_broker.models import Effect, EffectStatus
 REFUSED_BEFORE_RUNNING = frozenset(
     {PARSE_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, INVALID_PARAMS}
 )
+# The attempt detail of a call cut at a server request; ``render`` words it for the
+# client (the method follows).
+SERVER_REQUEST_CUT = "the MCP server sent the client a request mid-call: "
 
 
 def content_type(response: StoredResponse) -> str | None:
@@ -80,6 +90,16 @@ class McpProtocol:
         if first and effect.attempts < contract.retry_limit:
             return EffectStatus.RETRYABLE
         return EffectStatus.OUTCOME_UNKNOWN
+
+    def watch(self) -> AnswerWatch:
+        """Stop reading at a server-to-client request (``engine.protocol.CutsShort``)."""
+        found = ServerRequestWatch()
+
+        def watch(content_type: str | None, chunk: bytes) -> str | None:
+            method = found(content_type, chunk)
+            return None if method is None else SERVER_REQUEST_CUT + method[:80]
+
+        return watch
 
     def with_key(
         self, request: StoredRequest, contract: Contract, downstream_key: str

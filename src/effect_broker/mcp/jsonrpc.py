@@ -195,13 +195,49 @@ def forwarded_body(message: Message, arguments: dict[str, Any]) -> bytes:
 
 def find_response(content_type: str | None, body: bytes) -> dict[str, Any] | None:
     """The JSON-RPC response in an answer sent as JSON or as an SSE stream."""
-    if (content_type or "").split(";")[0].strip().lower() == "text/event-stream":
+    if _is_sse(content_type):
         for data in sse_data(body):
             found = _response(data)
             if found is not None:
                 return found
         return None
     return _response(body)
+
+
+class ServerRequestWatch:
+    """Watches one SSE answer to a ``tools/call``, chunk by chunk, for a request the
+    server sends the client mid-call (``elicitation/create``, ``sampling/createMessage``,
+    ``roots/list``) before any response: the server then waits for the client's answer,
+    which a recorded call cannot relay. Returns that request's method the first time
+    it appears; notifications (progress, logs) and anything after the response pass."""
+
+    def __init__(self) -> None:
+        self._pending = b""  # the stream's bytes after its last complete event
+        self._answered = False
+
+    def __call__(self, content_type: str | None, chunk: bytes) -> str | None:
+        if self._answered or not _is_sse(content_type):
+            return None
+        text = (self._pending + chunk).replace(b"\r\n", b"\n")
+        complete, _, self._pending = text.rpartition(b"\n\n")
+        for data in sse_data(complete):
+            try:
+                value = json.loads(data)
+            except (ValueError, RecursionError):
+                continue
+            if not isinstance(value, dict):
+                continue
+            if "result" in value or "error" in value:
+                self._answered = True
+                return None
+            method = value.get("method")
+            if isinstance(method, str) and "id" in value:
+                return method
+        return None
+
+
+def _is_sse(content_type: str | None) -> bool:
+    return (content_type or "").split(";")[0].strip().lower() == "text/event-stream"
 
 
 def sse_data(body: bytes) -> list[bytes]:

@@ -33,7 +33,7 @@ from effect_broker.errors import (
     ResolvedByOperator,
     UpstreamUnreachable,
 )
-from effect_broker.mcp.answers import content_type
+from effect_broker.mcp.answers import SERVER_REQUEST_CUT, content_type
 from effect_broker.mcp.jsonrpc import (
     IN_FLIGHT,
     NOT_SENT,
@@ -148,6 +148,14 @@ def _error(
 
 def _unknown(outcome: Unknown, request_id: RequestId) -> web.Response:
     effect = outcome.effect
+    if outcome.detail.startswith(SERVER_REQUEST_CUT):
+        return _error(
+            OutcomeUnknown(_server_request_detail(outcome)),
+            effect,
+            request_id,
+            OUTCOME_UNKNOWN,
+            retry_helps=False,  # a resend would stop at the same question
+        )
     if outcome.why in (Unknowable.TIMED_OUT, Unknowable.LOST):
         if effect.safety is SafetyClass.UNSAFE:
             advice = "It will not be sent again; an operator resolves it."
@@ -175,6 +183,26 @@ def _unknown(outcome: Unknown, request_id: RequestId) -> web.Response:
         OUTCOME_UNKNOWN,
         retry_after=outcome.retry_after,
         retry_helps=retry_helps,
+    )
+
+
+def _server_request_detail(outcome: Unknown) -> str:
+    """Why a call cut at a server request is unknown, and what to change."""
+    method = outcome.detail.removeprefix(SERVER_REQUEST_CUT)
+    if outcome.effect.safety is SafetyClass.UNSAFE:
+        advice = "It will not be sent again; an operator resolves it."
+    else:
+        advice = (
+            "Calling again with the same operation key is safe, but the server "
+            "will ask again."
+        )
+    return (
+        f"the MCP server asked the client for input mid-call ({method}); effect-broker "
+        "does not relay server requests on a recorded tool call, so it stopped "
+        "reading there and the tool may or may not have acted before asking. "
+        f"{advice} Tools that ask for input work through the proxy on the "
+        "2026-07-28 revision, where the question comes back as an input_required "
+        "result"
     )
 
 

@@ -1,0 +1,193 @@
+"""The sessionless 2026-07-28 revision end to end: the official SDK's ``Client``
+negotiates it through the proxy (``server/discover``), then every call is one POST that
+names itself in ``Mcp-Method``/``Mcp-Name`` and carries its envelope in ``_meta``, with
+no session. The server is the SDK's own, counting what it really ran."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+from mcp.client.client import Client
+from mcp.shared.exceptions import MCPError
+
+from tests.integration.harness import Answer, Broker, ledger_rows, request
+from tests.integration.mcp_support import Seen, ToolStore
+from tests.integration.test_mcp_proxy import mcp_broker, structured
+
+REVISION = "2026-07-28"
+
+
+@asynccontextmanager
+async def modern(broker: Broker) -> AsyncIterator[Client]:
+    """A client that probes ``server/discover`` and must land on the new revision
+    (``auto`` would fall back to the handshake silently, so it is checked)."""
+    async with Client(f"{broker.proxy_url}/mcp", mode="auto", cache=None) as client:
+        assert client.session.protocol_version == REVISION
+        yield client
+
+
+def calls_seen(store: ToolStore, tool: str) -> list[Seen]:
+    """Every tools/call of ``tool`` that reached the server."""
+    return [seen for seen in store.seen if seen.tool_call == tool]
+
+
+def envelope() -> dict[str, Any]:
+    return {
+        "io.modelcontextprotocol/protocolVersion": REVISION,
+        "io.modelcontextprotocol/clientCapabilities": {},
+    }
+
+
+async def raw_call(
+    broker: Broker,
+    request_id: str,
+    tool: str,
+    arguments: dict[str, Any],
+    *,
+    name_header: str | None = None,
+) -> Answer:
+    """One tools/call as the revision frames it, outside any SDK client."""
+    return await request(
+        "POST",
+        f"{broker.proxy_url}/mcp",
+        headers={
+            "Content-Type": "application/json",
+            "Accept": "application/json, text/event-stream",
+            "Mcp-Protocol-Version": REVISION,
+            "Mcp-Method": "tools/call",
+            "Mcp-Name": name_header or tool,
+        },
+        data=json.dumps(
+            {
+                "jsonrpc": "2.0",
+                "id": request_id,
+                "method": "tools/call",
+                "params": {"name": tool, "arguments": arguments, "_meta": envelope()},
+            }
+        ),
+    )
+
+
+async def test_two_identical_calls_run_once_without_a_session(
+    database_url: str, tmp_path: Path
+) -> None:
+    store = ToolStore()
+    arguments = {"amount": 42, "currency": "eur", "operation_key": "m-1"}
+    async with mcp_broker(database_url, tmp_path, store) as broker:
+        async with modern(broker) as first:
+            tools = {tool.name: tool for tool in (await first.list_tools()).tools}
+            one = await first.call_tool("create_charge", arguments)
+        async with modern(broker) as second:  # a retry from another process
+            two = await second.call_tool("create_charge", arguments)
+        rows = await ledger_rows(database_url)
+    assert "operation_key" in tools["create_charge"].input_schema["required"]
+    assert store.calls["create_charge"] == 1
+    assert structured(one) == structured(two) == {"charge_id": "ch_1", "amount": 42}
+    assert store.received == [("create_charge", {"amount": 42, "currency": "eur"})]
+    assert [(r["operation_key"], r["status"]) for r in rows] == [("m-1", "succeeded")]
+    # What reached the server was the new revision: named in headers, no session.
+    [sent] = calls_seen(store, "create_charge")
+    assert sent.headers["mcp-protocol-version"] == REVISION
+    assert sent.headers["mcp-method"] == "tools/call"
+    assert sent.headers["mcp-name"] == "create_charge"
+    assert not any("mcp-session-id" in seen.headers for seen in store.seen)
+
+
+async def test_other_arguments_under_the_same_key_never_reach_the_server(
+    database_url: str, tmp_path: Path
+) -> None:
+    store = ToolStore()
+    async with mcp_broker(database_url, tmp_path, store) as broker, modern(broker) as c:
+        await c.call_tool(
+            "create_charge", {"amount": 1, "currency": "eur", "operation_key": "m-2"}
+        )
+        with pytest.raises(MCPError) as refused:
+            await c.call_tool(
+                "create_charge", {"amount": 2, "currency": "eur", "operation_key": "m-2"}
+            )
+    assert store.calls["create_charge"] == 1
+    assert len(calls_seen(store, "create_charge")) == 1
+    data = refused.value.error.data
+    assert data["status"] == 422 and data["type"].endswith("/payload-mismatch")
+    assert data["effect_id"]
+
+
+async def test_read_only_is_unrecorded_and_unlisted_is_refused(
+    database_url: str, tmp_path: Path
+) -> None:
+    store = ToolStore()
+    async with mcp_broker(database_url, tmp_path, store) as broker, modern(broker) as c:
+        await c.call_tool("get_balance", {})
+        await c.call_tool("get_balance", {})
+        with pytest.raises(MCPError) as refused:
+            await c.call_tool("delete_everything", {})
+        rows = await ledger_rows(database_url)
+    assert store.calls["get_balance"] == 2 and rows == []
+    assert len(calls_seen(store, "get_balance")) == 2  # passed through, headers kept
+    assert "not classified" in refused.value.error.message
+    assert store.calls["delete_everything"] == 0
+    assert calls_seen(store, "delete_everything") == []
+
+
+async def test_a_streamed_result_replays_as_json_under_the_retry_id(
+    database_url: str, tmp_path: Path
+) -> None:
+    """The tool reports progress, so the server commits its answer to SSE; the
+    replay is plain JSON under the retry's own id, without asking the server."""
+    store = ToolStore()
+    progress: list[float] = []
+
+    async def on_progress(value: float, total: float | None, message: str | None) -> None:
+        progress.append(value)
+
+    async with mcp_broker(database_url, tmp_path, store) as broker:
+        async with modern(broker) as c:
+            live = await c.call_tool(
+                "open_account",
+                {"owner": "ada", "operation_key": "acct-1"},
+                progress_callback=on_progress,
+            )
+        retry = await raw_call(
+            broker, "retry-7", "open_account", {"owner": "ada", "operation_key": "acct-1"}
+        )
+    [sent] = calls_seen(store, "open_account")
+    assert (sent.content_type or "").startswith("text/event-stream"), sent
+    assert store.calls["open_account"] == 1
+    assert retry.status == 200, retry
+    assert retry.headers["Content-Type"].startswith("application/json")
+    assert retry.headers["Idempotent-Replayed"] == "true"
+    assert retry.headers["Effect-Status"] == "succeeded"
+    assert retry.json["id"] == "retry-7"
+    assert retry.json["result"]["structuredContent"] == structured(live)
+    assert structured(live) == {"account": "acc_1", "owner": "ada"}
+
+
+async def test_an_mcp_name_that_disagrees_with_the_body_is_refused(
+    database_url: str, tmp_path: Path
+) -> None:
+    """An intermediary routing by ``Mcp-Name`` must not see one tool while the
+    server runs another: the call is refused before it is recorded or forwarded."""
+    store = ToolStore()
+    charge = {"amount": 9, "currency": "eur", "operation_key": "m-9"}
+    async with mcp_broker(database_url, tmp_path, store) as broker:
+        mismatch = await raw_call(
+            broker, "x-1", "create_charge", charge, name_header="get_balance"
+        )
+        # The same call with a truthful header is accepted and recorded.
+        accepted = await raw_call(broker, "x-2", "create_charge", charge)
+        rows = await ledger_rows(database_url)
+    # Refused by the proxy itself (the server, which checks too, never saw it).
+    assert calls_seen(store, "get_balance") == []
+    assert len(calls_seen(store, "create_charge")) == 1
+    error = mismatch.json["error"]
+    assert mismatch.json["id"] == "x-1"
+    assert error["code"] == -32020 and "Mcp-Name" in error["message"], error
+    assert error["data"]["type"].endswith("/invalid-mcp-message")
+    assert accepted.status == 200 and "result" in accepted.json, accepted
+    assert store.calls == {"create_charge": 1}
+    assert [(r["operation_key"], r["status"]) for r in rows] == [("m-9", "succeeded")]
