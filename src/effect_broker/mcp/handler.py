@@ -5,12 +5,15 @@ comes from the tool's arguments (the schema the agent saw asked for it) or the
 ``Operation-Key`` header; the request stored and sent upstream is the POST with that
 argument removed, and the engine treats it like any other intent. What the engine did
 comes back as JSON-RPC (``render``). Everything else on the endpoint is forwarded
-unrecorded (``forward``), except an unclassified tool in strict mode, which is refused.
+unrecorded (``forward``), except an unclassified tool in strict mode, which is refused,
+and a cancellation of a call being recorded, which the proxy acknowledges itself
+(``inflight``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Mapping
 from typing import Any
 
@@ -32,6 +35,7 @@ from effect_broker.errors import (
 )
 from effect_broker.headers import upstream_request_headers
 from effect_broker.mcp import forward as passing
+from effect_broker.mcp.inflight import CallScope, InFlightCalls, cancelled_call
 from effect_broker.mcp.jsonrpc import (
     BODY_TOO_LARGE,
     TOOL_REFUSED,
@@ -48,6 +52,8 @@ from effect_broker.mcp.jsonrpc import (
 from effect_broker.mcp.render import json_response, render
 from effect_broker.problems import jsonrpc_problem
 
+log = logging.getLogger("effect_broker.mcp")
+
 
 class McpEndpoint:
     """Serves every MCP route of a proxy; one per process, built by the runtime."""
@@ -60,6 +66,8 @@ class McpEndpoint:
         # A client that goes away does not cancel its call: the engine keeps reading
         # until the result or the contract's timeout. These hold the running calls.
         self._running: set[asyncio.Task[Outcome]] = set()
+        # Nor does it cancel it by saying so: its cancellations are withheld.
+        self.in_flight = InFlightCalls()
 
     async def __call__(
         self, request: web.Request, route: Route, tenant: str, path: RequestPath
@@ -90,6 +98,11 @@ class McpEndpoint:
             return await passing.list_tools(
                 self.session, request, route, url, inject, body, message.id
             )
+        cancelled = cancelled_call(message)
+        if cancelled is not None and self.in_flight.running(
+            _scope(request, route, tenant), cancelled
+        ):
+            return _withheld(route, cancelled)
         if message.method != "tools/call" or not message.is_request:
             return await passing.forward(
                 self.session, request, route, url, inject, body, request_id=message.id
@@ -160,9 +173,11 @@ class McpEndpoint:
             request=stored,
             preview=_preview(path, call.name, body),
         )
+        token = self.in_flight.begin(_scope(request, route, tenant), call.id)
         task = asyncio.ensure_future(self.engine.submit(intent))
         self._running.add(task)
         task.add_done_callback(self._running.discard)
+        task.add_done_callback(lambda _: self.in_flight.end(token))
         outcome = await asyncio.shield(task)
         return await render(outcome, call.id, request)
 
@@ -182,6 +197,22 @@ class McpEndpoint:
 
 def _absolute(request: web.Request) -> bool:
     return request.raw_path.startswith(("http://", "https://"))
+
+
+def _scope(request: web.Request, route: Route, tenant: str) -> CallScope:
+    return CallScope(tenant, route.name, request.headers.get("Mcp-Session-Id"))
+
+
+def _withheld(route: Route, request_id: RequestId) -> web.Response:
+    """A cancellation of a call being recorded, acknowledged as the transport
+    acknowledges any notification (202, no body) and never forwarded: the server
+    finishes the call, so the effect settles and a retry is given its receipt."""
+    log.info(
+        "withheld a cancellation of a recorded MCP call on route %s (id %.80r)",
+        route.name,
+        request_id,
+    )
+    return web.Response(status=202)
 
 
 def _preview(path: RequestPath, tool: str, body: bytes) -> dict[str, Any]:
