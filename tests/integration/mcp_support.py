@@ -52,6 +52,7 @@ class ToolStore:
     captures: dict[str, str] = field(default_factory=dict)  # idempotency key -> id
     started: asyncio.Event = field(default_factory=asyncio.Event)  # a slow tool began
     release: asyncio.Event = field(default_factory=asyncio.Event)  # lets it finish
+    interrupted: Counter[str] = field(default_factory=Counter)  # stopped mid-call
 
 
 class Approval(BaseModel):
@@ -136,8 +137,25 @@ def build_server(store: ToolStore) -> MCPServer:
         """Move money, slowly: runs until the test releases it."""
         store.calls["transfer"] += 1
         store.started.set()
-        await store.release.wait()
+        try:
+            await store.release.wait()
+        except asyncio.CancelledError:  # a cancellation reached the server
+            store.interrupted["transfer"] += 1
+            raise
         return {"transfer_id": f"tr_{store.calls['transfer']}", "amount": amount}
+
+    @server.tool()
+    async def watch_rates(currency: str) -> str:
+        """Read-only and slow: runs until the test releases it or the call is
+        cancelled (which the SDK's server does on ``notifications/cancelled``)."""
+        store.calls["watch_rates"] += 1
+        store.started.set()
+        try:
+            await store.release.wait()
+        except asyncio.CancelledError:
+            store.interrupted["watch_rates"] += 1
+            raise
+        return f"{currency}: 1.0"
 
     @server.tool()
     def get_balance() -> int:
@@ -249,7 +267,7 @@ routes:
         refund: {{contract: billing.refund}}
         capture_payment: {{contract: billing.capture}}
         send_receipt_email: {{contract: email.send}}
-      read_only: [get_balance, quote_payout]
+      read_only: [get_balance, quote_payout, watch_rates]
       unclassified: {unclassified}
 """
 
