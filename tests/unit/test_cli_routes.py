@@ -74,3 +74,26 @@ def test_validate_missing_file_is_a_clean_error(tmp_path: Path) -> None:
     assert f"{missing}: (file): no such file" in result.stderr
     assert "Traceback" not in result.output
     assert result.exception is None or isinstance(result.exception, SystemExit)
+
+
+def test_validate_shows_a_transactional_contract_and_its_attempt_key(
+    tmp_path: Path,
+) -> None:
+    routes = tmp_path / "routes.yaml"
+    routes.write_text(
+        textwrap.dedent("""\
+            version: 1
+            contracts:
+              - {name: ledger.post, version: "1", safety: transactional, timeout: 5s}
+            routes:
+              - name: ledger
+                match: {method: POST, path: /ledger/v1/entries}
+                upstream: http://127.0.0.1:9100
+                contract: ledger.post
+                inject_headers: {Effect-Broker-Secret: "${env:LEDGER_KIT_SECRET}"}
+            """)
+    )
+    result = runner.invoke(app, ["routes", "validate", str(routes)])
+    assert result.exit_code == 0, result.output
+    for cell in ("transactional", "ledger.post@1", "Effect-Attempt-Key", "per attempt"):
+        assert cell in result.stdout, cell

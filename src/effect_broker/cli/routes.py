@@ -15,6 +15,7 @@ from effect_broker.config.routes_config import RoutesConfig
 from effect_broker.config.routes_file import load_routes
 from effect_broker.config.routes_schema import render_routes_schema
 from effect_broker.errors import ConfigError
+from effect_broker.models import SafetyClass
 
 routes_app = typer.Typer(help="Inspect and validate routes.yaml.", no_args_is_help=True)
 
@@ -86,11 +87,14 @@ def contracts_table(config: RoutesConfig) -> Table:
         table.add_column(column, overflow="fold")
     for contract in config.contracts.values():
         retention, bound = contract.key_retention, contract.settlement_bound
+        header = contract.downstream_header or "-"
+        if contract.safety is SafetyClass.TRANSACTIONAL:
+            header += " (a new key per attempt)"
         table.add_row(
             contract.name,
             contract.version,
             contract.safety.value,
-            contract.downstream_header or "-",
+            header,
             format_duration(retention) if retention is not None else "-",
             format_duration(bound) if bound is not None else "-",
             format_duration(contract.timeout),
