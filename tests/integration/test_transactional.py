@@ -552,3 +552,35 @@ async def test_proven_absences_spend_the_retry_limit_then_the_proxy_gives_up(
         assert kit.entries == []
         assert len(set(kit.attempt_keys)) == 2
         assert kit.tombstones == kit.attempt_keys
+
+
+async def test_an_operator_cannot_requeue_it_but_can_have_it_looked_up_again(
+    database_url: str, tmp_path: Path
+) -> None:
+    """Only a tombstone proves absence: an operator's word would let the lost attempt
+    commit beside the next one, so the admin API offers the lookup instead."""
+    async with transactional(database_url, tmp_path) as (broker, kit):
+        kit.script.append("refuse_503")
+        kit.lookup_override = _server_error
+        assert (await post(broker)).status == 502
+        effect_id = (await post(broker)).headers["Effect-Id"]
+        admin = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
+        requeue = await request(
+            "POST",
+            f"{broker.admin_url}/v1/effects/{effect_id}/resolve",
+            headers={**admin, "Content-Type": "application/json"},
+            data=json.dumps({"resolution": "not_committed", "reason": "target says so"}),
+        )
+        assert requeue.status == 409, requeue
+        assert "tombstone" in requeue.problem["detail"]
+
+        kit.lookup_override = None
+        again = await request(
+            "POST", f"{broker.admin_url}/v1/effects/{effect_id}/reconcile", headers=admin
+        )
+        assert again.status < 300, again
+        await reconcile(broker)
+
+        effect = await the_effect(database_url)
+        assert (effect["status"], effect["attempts"]) == ("succeeded", 2)
+        assert len(kit.entries) == 1 and kit.tombstones == [kit.attempt_keys[0]]
