@@ -584,3 +584,33 @@ async def test_an_operator_cannot_requeue_it_but_can_have_it_looked_up_again(
         effect = await the_effect(database_url)
         assert (effect["status"], effect["attempts"]) == ("succeeded", 2)
         assert len(kit.entries) == 1 and kit.tombstones == [kit.attempt_keys[0]]
+
+
+async def test_a_second_retry_during_the_lookup_is_told_it_is_in_flight(
+    database_url: str, tmp_path: Path
+) -> None:
+    """The lookup holds the effect (RECONCILING, leased): a concurrent retry neither
+    looks up nor sends, and the first retry's proof is what everyone gets."""
+    async with transactional(database_url, tmp_path) as (broker, kit):
+        kit.script.append("commit_then_500")
+        started, gate = asyncio.Event(), asyncio.Event()
+
+        async def gated(key: str) -> web.Response:
+            started.set()
+            await gate.wait()
+            return web.json_response(kit.rows[key].to_json(), status=200)
+
+        kit.lookup_override = gated
+        assert (await post(broker)).status == 502
+        first = asyncio.create_task(post(broker))
+        await started.wait()
+
+        second = await post(broker)
+        gate.set()
+        settled = await first
+
+        assert second.status == 409, second
+        assert second.problem["type"].endswith("in-flight")
+        assert settled.status == 201 and settled.json["id"] == "entry-1"
+        assert len(kit.lookups) == 1 and len(kit.attempt_keys) == 1
+        assert len(kit.entries) == 1
