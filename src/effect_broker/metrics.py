@@ -38,7 +38,16 @@ class Metrics:
         )
         self.probes = Counter(
             "effect_broker_probes",
-            "Reconciliation lookups by result (found, absent, unknown).",
+            "Reconciliation lookups by result (found, absent, unknown), transactional "
+            "kit lookups included (a tombstoned attempt counts as absent).",
+            ["route", "result"],
+            registry=self.registry,
+        )
+        self.tombstones = Counter(
+            "effect_broker_tombstones",
+            "Tombstones sent to transactional targets after a lookup found an attempt "
+            "absent, by result (written: absence proven now; found: proven before; "
+            "refused: the attempt had committed; unknown: no proof).",
             ["route", "result"],
             registry=self.registry,
         )

@@ -67,7 +67,10 @@ class ReceiptSource(StrEnum):
     RESPONSE = "response"
     PROBE = "probe"
     OPERATOR = "operator"
-    PROXY = "proxy"  # given up after the retry limit; nothing was ever sent
+    PROXY = "proxy"  # given up after the retry limit; no attempt ever took effect
+    # A transactional target's kit gave the answer an attempt committed with, by its
+    # attempt key: the target's own answer, recovered after the proxy lost it.
+    LOOKUP = "lookup"
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,6 +11,10 @@ each one to the engine, which decides with the same policy the request path uses
 * reconcilable: once the settlement bound has passed, looked up; found settles it with
   the lookup's receipt, a conclusive absence requeues and sends it, anything else
   leaves it unknown with backoff;
+* transactional: the attempt is looked up by its attempt key at once; committed settles
+  it with the answer the attempt committed with, absent is tombstoned, and a tombstone
+  that holds proves the attempt never commits, so the effect is retryable (the next
+  attempt under the next key, within the retry limit); no proof leaves it unknown;
 * unsafe: never sent again. It stays OUTCOME_UNKNOWN, counted in the metrics, until an
   operator resolves it with evidence.
 

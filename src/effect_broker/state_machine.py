@@ -7,7 +7,11 @@ than the target can prove. Two kinds of rule live here:
 * which status may follow which, whatever the contract says;
 * which of those moves a safety class permits. An ``unsafe`` effect is never dispatched
   again once anything may have left, and only an ``idempotent`` target may be sent the
-  same request again while its outcome is unknown.
+  same request again while its outcome is unknown. A ``transactional`` effect is looked
+  up like a reconcilable one, but its lookup ends in a proof either way: the attempt's
+  receipt (success or a final refusal), or a tombstone that makes the attempt unable to
+  ever commit, after which the effect is RETRYABLE under the retry limit like any
+  attempt that provably changed nothing.
 """
 
 from __future__ import annotations
@@ -43,8 +47,17 @@ TRANSITIONS: Mapping[S, frozenset[S]] = {
         }
     ),
     # A probe is out: found, conclusively absent, still unknown, or out of patience.
+    # A transactional lookup may also find a committed refusal (final) or tombstone the
+    # attempt (retryable: proven never to commit).
     S.RECONCILING: frozenset(
-        {S.SUCCEEDED, S.PREPARED, S.OUTCOME_UNKNOWN, S.MANUAL_REVIEW}
+        {
+            S.SUCCEEDED,
+            S.FAILED_FINAL,
+            S.PREPARED,
+            S.RETRYABLE,
+            S.OUTCOME_UNKNOWN,
+            S.MANUAL_REVIEW,
+        }
     ),
     # Only an operator, with evidence, moves an effect out of review.
     S.MANUAL_REVIEW: frozenset({S.SUCCEEDED, S.PREPARED, S.FAILED_FINAL}),
@@ -57,8 +70,14 @@ _CLASS_GUARDS: Mapping[tuple[S, S], frozenset[SafetyClass]] = {
     # Sending again while the outcome is unknown is safe only with a stable, honoured key.
     (S.OUTCOME_UNKNOWN, S.DISPATCHING): frozenset({SafetyClass.IDEMPOTENT}),
     # Only a contract with an authoritative lookup can be probed.
-    (S.OUTCOME_UNKNOWN, S.RECONCILING): frozenset({SafetyClass.RECONCILABLE}),
+    (S.OUTCOME_UNKNOWN, S.RECONCILING): frozenset(
+        {SafetyClass.RECONCILABLE, SafetyClass.TRANSACTIONAL}
+    ),
     (S.RECONCILING, S.PREPARED): frozenset({SafetyClass.RECONCILABLE}),
+    # Only the kit's lookup carries the attempt's own answer, which may be a refusal,
+    # and only its tombstone proves that an attempt will never commit.
+    (S.RECONCILING, S.FAILED_FINAL): frozenset({SafetyClass.TRANSACTIONAL}),
+    (S.RECONCILING, S.RETRYABLE): frozenset({SafetyClass.TRANSACTIONAL}),
     # A requeue means "dispatch again": never for a target that cannot deduplicate or
     # be asked, whatever an operator believes.
     (S.OUTCOME_UNKNOWN, S.PREPARED): frozenset(

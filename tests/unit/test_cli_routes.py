@@ -144,3 +144,26 @@ def test_validate_shows_each_mcp_tool_with_its_contract(tmp_path: Path) -> None:
     )
     assert rows["billing.refund"][2] == "argument idempotency_key"  # contracts table
     assert "valid (1 route)" in out
+
+
+def test_validate_shows_a_transactional_contract_and_its_attempt_key(
+    tmp_path: Path,
+) -> None:
+    routes = tmp_path / "routes.yaml"
+    routes.write_text(
+        textwrap.dedent("""\
+            version: 1
+            contracts:
+              - {name: ledger.post, version: "1", safety: transactional, timeout: 5s}
+            routes:
+              - name: ledger
+                match: {method: POST, path: /ledger/v1/entries}
+                upstream: http://127.0.0.1:9100
+                contract: ledger.post
+                inject_headers: {Effect-Broker-Secret: "${env:LEDGER_KIT_SECRET}"}
+            """)
+    )
+    result = runner.invoke(app, ["routes", "validate", str(routes)])
+    assert result.exit_code == 0, result.output
+    for cell in ("transactional", "ledger.post@1", "Effect-Attempt-Key", "per attempt"):
+        assert cell in result.stdout, cell

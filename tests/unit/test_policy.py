@@ -29,6 +29,7 @@ CONTRACTS = {
         settlement_bound=timedelta(seconds=2), probe=PROBE, retry_limit=3,
     ),
     C.UNSAFE: Contract("email", "1", C.UNSAFE, retry_limit=3),
+    C.TRANSACTIONAL: Contract("ledger", "1", C.TRANSACTIONAL, retry_limit=3),
 }  # fmt: skip
 
 
@@ -214,8 +215,70 @@ def test_only_idempotent_unknown_or_proven_unsent_effects_are_dispatched(
     safety: C, status: S, owned: bool
 ) -> None:
     """The safety property, over every status: DISPATCH only where nothing may have
-    committed (PREPARED, RETRYABLE) or the target deduplicates (idempotent unknown)."""
+    committed (PREPARED, RETRYABLE) or the target deduplicates (idempotent unknown).
+    A transactional effect is never resent straight from unknown: its lookup first."""
     if verdict(safety, status, owned=owned) is Verdict.DISPATCH:
         assert status in (S.PREPARED, S.RETRYABLE) or (
             safety is C.IDEMPOTENT and status is S.OUTCOME_UNKNOWN
         )
+
+
+@pytest.mark.parametrize("owned", [False, True])
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {},
+        {"attempts": 3},  # past the retry limit: a lookup sends nothing
+        {"attempts": 9},
+        {"settlement_deadline": LATER},  # no settlement bound applies to the kit
+        {"settlement_deadline": None},
+        {"retention_deadline": None},
+        {"retention_deadline": EARLIER},
+    ],
+)
+def test_unknown_transactional_is_looked_up_at_once(
+    owned: bool, changes: dict[str, object]
+) -> None:
+    """Client retry and reconciler alike: the lookup is conclusive when it answers."""
+    decision = decide(
+        effect(C.TRANSACTIONAL, S.OUTCOME_UNKNOWN, **changes),
+        CONTRACTS[C.TRANSACTIONAL],
+        NOW,
+        owned=owned,
+    )
+    assert decision.verdict is Verdict.LOOKUP
+    assert decision.retry_after is None
+
+
+def test_an_unknown_transactional_effect_never_started_has_nothing_to_look_up() -> None:
+    assert verdict(C.TRANSACTIONAL, S.OUTCOME_UNKNOWN, attempts=0) is (
+        Verdict.AWAIT_OPERATOR
+    )
+
+
+@pytest.mark.parametrize(
+    ("status", "attempts", "expected"),
+    [
+        # A tombstone proved the attempt absent: the retry limit decides.
+        (S.RETRYABLE, 1, Verdict.DISPATCH),
+        (S.RETRYABLE, 2, Verdict.DISPATCH),
+        (S.RETRYABLE, 3, Verdict.GIVE_UP),
+        (S.RETRYABLE, 4, Verdict.GIVE_UP),
+        (S.OUTCOME_UNKNOWN, 3, Verdict.LOOKUP),
+        (S.MANUAL_REVIEW, 1, Verdict.AWAIT_OPERATOR),
+        (S.SUCCEEDED, 2, Verdict.REPLAY),
+        (S.FAILED_FINAL, 3, Verdict.REPLAY),
+    ],
+)
+def test_transactional_after_a_lookup(
+    status: S, attempts: int, expected: Verdict
+) -> None:
+    assert verdict(C.TRANSACTIONAL, status, owned=True, attempts=attempts) is expected
+
+
+@pytest.mark.parametrize("safety", [C.IDEMPOTENT, C.RECONCILABLE, C.UNSAFE])
+@pytest.mark.parametrize("status", list(S))
+def test_only_transactional_effects_are_looked_up_by_attempt_key(
+    safety: C, status: S
+) -> None:
+    assert verdict(safety, status) is not Verdict.LOOKUP

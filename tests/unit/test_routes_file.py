@@ -395,7 +395,7 @@ def test_missing_safety_lists_the_classes_and_other_fields_are_still_checked() -
         (4, "contracts[0].timeout"),
     }
     [safety] = [issue for issue in found if issue.field.endswith("safety")]
-    assert "idempotent | reconcilable | unsafe" in safety.message
+    assert "idempotent | reconcilable | unsafe | transactional" in safety.message
 
 
 def test_unknown_contract_key_suggests_and_lists_that_class_keys() -> None:
@@ -445,20 +445,7 @@ def test_unknown_safety_class() -> None:
         routes: []
         """)
     assert (issue.line, issue.field) == (3, "contracts[0].safety")
-    assert "idempotent | reconcilable | unsafe" in issue.message
-
-
-def test_transactional_is_not_supported_yet() -> None:
-    issue = only_issue("""\
-        version: 1
-        contracts:
-          - name: x
-            version: "1"
-            safety: transactional
-        routes: []
-        """)
-    assert (issue.line, issue.field) == (5, "contracts[0].safety")
-    assert "transactional is not supported by the proxy yet" in issue.message
+    assert "idempotent | reconcilable | unsafe | transactional" in issue.message
 
 
 def test_idempotent_needs_header_and_retention() -> None:

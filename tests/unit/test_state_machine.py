@@ -37,6 +37,8 @@ from effect_broker.state_machine import (
 EVERY: frozenset[C] = frozenset(C)
 IDEMPOTENT_ONLY: frozenset[C] = frozenset({C.IDEMPOTENT})
 RECONCILABLE_ONLY: frozenset[C] = frozenset({C.RECONCILABLE})
+TRANSACTIONAL_ONLY: frozenset[C] = frozenset({C.TRANSACTIONAL})
+LOOKED_UP: frozenset[C] = frozenset({C.RECONCILABLE, C.TRANSACTIONAL})
 REQUEUEABLE: frozenset[C] = frozenset({C.IDEMPOTENT, C.RECONCILABLE})
 
 # (from, to, the classes that may make the move). Anything absent is forbidden for all.
@@ -50,7 +52,7 @@ EXPECTED_MOVES: tuple[tuple[S, S, frozenset[C]], ...] = (
     (S.RETRYABLE, S.DISPATCHING, EVERY),
     (S.RETRYABLE, S.FAILED_FINAL, EVERY),
     (S.OUTCOME_UNKNOWN, S.DISPATCHING, IDEMPOTENT_ONLY),
-    (S.OUTCOME_UNKNOWN, S.RECONCILING, RECONCILABLE_ONLY),
+    (S.OUTCOME_UNKNOWN, S.RECONCILING, LOOKED_UP),
     (S.OUTCOME_UNKNOWN, S.MANUAL_REVIEW, EVERY),
     (S.OUTCOME_UNKNOWN, S.SUCCEEDED, EVERY),
     (S.OUTCOME_UNKNOWN, S.PREPARED, REQUEUEABLE),
@@ -59,6 +61,10 @@ EXPECTED_MOVES: tuple[tuple[S, S, frozenset[C]], ...] = (
     (S.RECONCILING, S.OUTCOME_UNKNOWN, EVERY),
     (S.RECONCILING, S.MANUAL_REVIEW, EVERY),
     (S.RECONCILING, S.PREPARED, RECONCILABLE_ONLY),
+    # The kit's lookup returns the attempt's committed answer, a refusal included; its
+    # tombstone proves the attempt can never commit, so another attempt may follow.
+    (S.RECONCILING, S.FAILED_FINAL, TRANSACTIONAL_ONLY),
+    (S.RECONCILING, S.RETRYABLE, TRANSACTIONAL_ONLY),
     (S.MANUAL_REVIEW, S.SUCCEEDED, EVERY),
     (S.MANUAL_REVIEW, S.FAILED_FINAL, EVERY),
     (S.MANUAL_REVIEW, S.PREPARED, REQUEUEABLE),
@@ -168,6 +174,8 @@ def test_the_class_guarded_moves_are_the_expected_ones() -> None:
         (S.OUTCOME_UNKNOWN, S.RECONCILING),
         (S.OUTCOME_UNKNOWN, S.PREPARED),
         (S.RECONCILING, S.PREPARED),
+        (S.RECONCILING, S.FAILED_FINAL),
+        (S.RECONCILING, S.RETRYABLE),
         (S.MANUAL_REVIEW, S.PREPARED),
     }
 
@@ -232,9 +240,19 @@ def test_unsafe_can_never_dispatch_again_once_the_outcome_is_unknown() -> None:
     assert after_unknown >= {S.MANUAL_REVIEW, S.SUCCEEDED, S.FAILED_FINAL}
 
 
-@pytest.mark.parametrize("safety", [C.IDEMPOTENT, C.RECONCILABLE])
-def test_idempotent_and_reconcilable_can_go_again_after_unknown(safety: C) -> None:
+@pytest.mark.parametrize("safety", [C.IDEMPOTENT, C.RECONCILABLE, C.TRANSACTIONAL])
+def test_every_class_with_a_proof_can_go_again_after_unknown(safety: C) -> None:
     assert S.DISPATCHING in _reachable(S.OUTCOME_UNKNOWN, safety)
+
+
+def test_transactional_dispatches_again_after_unknown_only_through_a_lookup() -> None:
+    """No direct resend and no requeue: the only way back to DISPATCHING from an unknown
+    outcome is RECONCILING (the lookup) then RETRYABLE (its tombstone committed)."""
+    assert not is_allowed(S.OUTCOME_UNKNOWN, S.DISPATCHING, C.TRANSACTIONAL)
+    assert not is_allowed(S.OUTCOME_UNKNOWN, S.PREPARED, C.TRANSACTIONAL)
+    assert not is_allowed(S.RECONCILING, S.PREPARED, C.TRANSACTIONAL)
+    assert not is_allowed(S.MANUAL_REVIEW, S.PREPARED, C.TRANSACTIONAL)
+    assert is_allowed(S.RECONCILING, S.RETRYABLE, C.TRANSACTIONAL)
 
 
 @pytest.mark.parametrize("safety", list(C))
@@ -330,9 +348,17 @@ class LifecycleMachine(RuleBasedStateMachine):
             assert self.safety is C.IDEMPOTENT, self.path
 
     @invariant()
-    def only_reconcilable_ever_reconciles(self) -> None:
+    def only_classes_with_a_lookup_ever_reconcile(self) -> None:
         if S.RECONCILING in self.path:
-            assert self.safety is C.RECONCILABLE, self.path
+            assert self.safety in (C.RECONCILABLE, C.TRANSACTIONAL), self.path
+
+    @invariant()
+    def transactional_goes_again_after_unknown_only_through_a_tombstone(self) -> None:
+        if self.safety is not C.TRANSACTIONAL:
+            return
+        for before, after in _pairs(self.path):
+            if after is S.DISPATCHING:
+                assert before in (S.PREPARED, S.RETRYABLE), self.path
 
     @invariant()
     def no_step_is_a_self_transition(self) -> None:

@@ -48,8 +48,12 @@ GUARANTEES: Mapping[SafetyClass, str] = {
         "omission is possible: a lost answer waits in outcome_unknown for an operator."
     ),
     SafetyClass.TRANSACTIONAL: (
-        "The target commits its change and effect-broker's receipt in one transaction "
-        "of the same PostgreSQL, so exactly one committed effect."
+        "The target runs effect-broker's target kit: each attempt's change and its "
+        "receipt commit in one transaction of the target's own PostgreSQL, under a key "
+        "of that attempt. After a lost answer effect-broker looks the attempt up, and "
+        "if it is absent tombstones its key, so it can never commit; only then is the "
+        "next attempt sent: exactly one committed effect, with a proof of absence, "
+        "while the target runs the kit truthfully."
     ),
 }
 

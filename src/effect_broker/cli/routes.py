@@ -16,6 +16,7 @@ from effect_broker.config.routes_config import RoutesConfig
 from effect_broker.config.routes_file import load_routes
 from effect_broker.config.routes_schema import render_routes_schema
 from effect_broker.errors import ConfigError
+from effect_broker.models import SafetyClass
 
 routes_app = typer.Typer(help="Inspect and validate routes.yaml.", no_args_is_help=True)
 
@@ -115,6 +116,8 @@ def downstream_key_place(contract: Contract) -> str:
     """Where the target receives the derived key: a header, or an MCP tool argument."""
     if contract.idempotency_argument is not None:
         return f"argument {contract.idempotency_argument}"
+    if contract.safety is SafetyClass.TRANSACTIONAL:
+        return f"{contract.downstream_header} (a new key per attempt)"
     return contract.downstream_header or "-"
 
 

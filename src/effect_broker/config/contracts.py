@@ -17,6 +17,7 @@ from typing import Literal, TypeVar
 from urllib.parse import quote
 
 from effect_broker.models import SafetyClass
+from effect_broker.target.protocol import ATTEMPT_KEY_HEADER
 
 DOWNSTREAM_KEY_PLACEHOLDER = "{downstream_key}"
 DEFAULT_OPERATION_KEY_HEADER = "Operation-Key"
@@ -67,7 +68,8 @@ class Contract:
 
     Invariants from the loader: idempotent has ``idempotency_header`` and
     ``key_retention``; reconcilable has ``correlation_header``, ``probe`` and
-    ``settlement_bound``; no contract carries a field its class does not use.
+    ``settlement_bound``; transactional has none of them (its key header is the
+    protocol's); no contract carries a field its class does not use.
     """
 
     name: str
@@ -88,11 +90,17 @@ class Contract:
 
     @property
     def downstream_header(self) -> str | None:
-        """The header that carries the derived downstream key, or None (unsafe)."""
+        """The header that carries the derived downstream key, or None (unsafe).
+
+        A transactional target gets the key of the attempt instead (one per attempt,
+        derived from the downstream key), in the header its kit reads.
+        """
         if self.safety is SafetyClass.IDEMPOTENT:
             return self.idempotency_header
         if self.safety is SafetyClass.RECONCILABLE:
             return self.correlation_header
+        if self.safety is SafetyClass.TRANSACTIONAL:
+            return ATTEMPT_KEY_HEADER
         return None
 
     @property

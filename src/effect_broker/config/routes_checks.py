@@ -32,11 +32,13 @@ from effect_broker.config.routes_models import (
     ProxySection,
     ReconcilableContract,
     RouteSection,
+    TransactionalContract,
 )
 from effect_broker.config.routing import overlap_witness, parse_path_pattern
 from effect_broker.config.yaml_lines import DataPath, YamlDocument, field_label
 from effect_broker.errors import ConfigIssue
 from effect_broker.headers import HOP_BY_HOP
+from effect_broker.target.protocol import ATTEMPT_KEY_HEADER, SECRET_HEADER
 
 # Headers the proxy or the connection owns: an injected value would be dropped or clash.
 NOT_INJECTABLE = HOP_BY_HOP | {"content-length", "host"}
@@ -121,6 +123,8 @@ def _downstream_header(contract: ContractSection | None) -> str | None:
         return contract.idempotency_header
     if isinstance(contract, ReconcilableContract):
         return contract.correlation_header
+    if isinstance(contract, TransactionalContract):
+        return ATTEMPT_KEY_HEADER
     return None
 
 
@@ -227,6 +231,8 @@ class _Checks:
                     "(idempotency_argument), which only an MCP tool has; use "
                     "idempotency_header for an HTTP route",
                 )
+            if isinstance(contract, TransactionalContract):
+                self._kit_secret(path, raw, contract)
             match = _valid_model(MatchSection, raw.get("match"))
             if match is not None:
                 label = name or field_label(path)
@@ -261,14 +267,51 @@ class _Checks:
         return contracts[name]
 
     def _mcp_tools(self, path: DataPath, raw: object, contracts: Contracts) -> None:
-        """Each mutating tool names a contract that exists."""
+        """Each mutating tool names a contract that exists, and one a tool can keep."""
         tools = raw.get("tools") if isinstance(raw, dict) else None
         if not isinstance(tools, dict):
             return
         for tool, spec in tools.items():
             if isinstance(spec, dict):
                 where: DataPath = (*path, "mcp", "tools", str(tool))
-                self._contract_reference(where, spec, contracts)
+                contract = self._contract_reference(where, spec, contracts)
+                if isinstance(contract, TransactionalContract):
+                    self.report(
+                        (*where, "contract"),
+                        f"contract {contract.name!r} is transactional, which an MCP "
+                        "tool cannot be: the attempt key travels in a header of a "
+                        "plain HTTP request, and the kit's lookup and tombstone sit "
+                        "beside an HTTP route's upstream; use an HTTP route for a "
+                        "target that runs the kit, or idempotent or unsafe here",
+                    )
+
+    def _kit_secret(
+        self, path: DataPath, raw: Mapping[str, object], contract: TransactionalContract
+    ) -> None:
+        """The kit answers lookup and tombstone only with its shared secret: without
+        it every lost answer would stay unknown, so refuse the route up front."""
+        headers = raw.get("inject_headers")
+        names = (
+            {str(name).lower() for name in headers}
+            if isinstance(headers, dict)
+            else set()
+        )
+        if SECRET_HEADER.lower() in names:
+            return
+        where: DataPath = (
+            (*path, "inject_headers")
+            if "inject_headers" in raw
+            else (
+                *path,
+                "contract",
+            )
+        )
+        self.report(
+            where,
+            f"contract {contract.name!r} is transactional: the target kit answers its "
+            f"lookup and tombstone only with the shared secret, so inject it, e.g. "
+            f'inject_headers: {{{SECRET_HEADER}: "${{env:EFFECT_BROKER_KIT_SECRET}}"}}',
+        )
 
     def _upstream(
         self, path: DataPath, raw: Mapping[str, object], match: MatchSection

@@ -61,11 +61,6 @@ PATTERN_HINTS: dict[str, str] = {
     HEADER_VALUE_PATTERN: "a header value cannot contain a line break",
 }
 
-TRANSACTIONAL_REFUSAL = (
-    "transactional is not supported by the proxy yet (it needs the target to share the "
-    "ledger's Postgres); use idempotent, reconcilable or unsafe"
-)
-
 
 def validation_issues(
     error: ValidationError, root: type[BaseModel], document: YamlDocument
@@ -192,10 +187,7 @@ def _bad_safety(value: object, kind: str) -> str:
     choices = " | ".join(SAFETY_CHOICES)
     if kind == "union_tag_not_found" or not isinstance(value, Mapping):
         return f"required field is missing; say what the target can prove: {choices}"
-    tag = value.get("safety")
-    if tag == "transactional":
-        return TRANSACTIONAL_REFUSAL
-    return _not_a_choice(tag, SAFETY_CHOICES)
+    return _not_a_choice(value.get("safety"), SAFETY_CHOICES)
 
 
 def _not_a_choice(value: object, choices: Sequence[object]) -> str:

@@ -206,16 +206,26 @@ class UnsafeContract(ContractBase):
     safety: Literal["unsafe"]
 
 
+class TransactionalContract(ContractBase):
+    """The target runs the effect-broker target kit: each attempt's mutation and its
+    receipt commit in one transaction of the target's own PostgreSQL, under the attempt
+    key the proxy sends, and the kit answers lookup and tombstone by that key. The
+    route's inject_headers carry the kit's shared secret (Effect-Broker-Secret)."""
+
+    safety: Literal["transactional"]
+
+
 ContractSection = Annotated[
-    IdempotentContract | ReconcilableContract | UnsafeContract,
+    IdempotentContract | ReconcilableContract | UnsafeContract | TransactionalContract,
     Field(discriminator="safety"),
 ]
 CONTRACT_CLASSES: tuple[type[ContractBase], ...] = (
     IdempotentContract,
     ReconcilableContract,
     UnsafeContract,
+    TransactionalContract,
 )
-SAFETY_CHOICES = ("idempotent", "reconcilable", "unsafe")
+SAFETY_CHOICES = ("idempotent", "reconcilable", "unsafe", "transactional")
 
 
 def safety_of(model: type[BaseModel]) -> str | None:

@@ -2,8 +2,9 @@
 
 The engine's hands: it commits DISPATCHING and the attempt before any byte leaves, sends
 once, then writes what the answer proves; it probes a reconcilable target and writes what
-the lookup proves; it seals and stores every receipt (target, lookup, operator, or the
-proxy giving up). Every write is fenced by the effect's version.
+the lookup proves; it looks a transactional target's attempt up (tombstoning it when
+absent) and writes that proof; it seals and stores every receipt (target, probe, kit
+lookup, operator, or the proxy giving up). Every write is fenced by the effect's version.
 """
 
 from __future__ import annotations
@@ -16,6 +17,13 @@ from typing import Any
 
 from effect_broker import failpoints
 from effect_broker.config.contracts import Contract, Route
+from effect_broker.engine.lookup import (
+    Finding,
+    Kit,
+    KitAnswer,
+    current_attempt_key,
+    status_after_transactional_answer,
+)
 from effect_broker.engine.messages import StoredRequest, StoredResponse
 from effect_broker.engine.outcomes import (
     backoff,
@@ -30,10 +38,20 @@ from effect_broker.engine.targets import base_url
 from effect_broker.engine.upstream import AttemptResult, Delivery, send
 from effect_broker.engine.wiring import Wiring
 from effect_broker.headers import upstream_request_headers
-from effect_broker.models import Effect, EffectStatus, ReceiptSource
+from effect_broker.models import Effect, EffectStatus, ReceiptSource, SafetyClass
 from effect_broker.state_machine import TERMINAL
 
 TRUNCATED_HEADER = "Effect-Receipt-Truncated"
+# A kit's answer carries a stored response base64-encoded inside JSON: room for that.
+_KIT_ANSWER_SLACK = 64 * 1024
+
+
+def wire_key(effect: Effect) -> str:
+    """The key the target sees on the effect's current attempt: the derived key, or
+    for a transactional target that attempt's own key (derived from it per attempt)."""
+    if effect.safety is SafetyClass.TRANSACTIONAL:
+        return current_attempt_key(effect)
+    return effect.downstream_key
 
 
 def outgoing_request(
@@ -43,7 +61,11 @@ def outgoing_request(
     injected: Mapping[str, Mapping[str, str]],
     protocol: TargetProtocol | None = None,
 ) -> StoredRequest:
-    """The stored request with this route's derived key and credentials put in."""
+    """The stored request with this route's derived key and credentials put in.
+
+    ``downstream_key`` is what ``wire_key`` gives: a transactional attempt's key goes
+    out in the attempt key header and is never part of the stored request.
+    """
     headers = upstream_request_headers(
         stored.headers,
         operation_key_header=route.operation_key_header,
@@ -153,11 +175,14 @@ class Dispatcher:
 
         response = attempt.response
         protocol = self._protocols.get(effect.route)
-        next_status = (
-            protocol.judge(response, effect, contract)
-            if protocol is not None
-            else status_after_answer(response.status, effect.safety)
-        )
+        if protocol is not None:
+            next_status = protocol.judge(response, effect, contract)
+        elif effect.safety is SafetyClass.TRANSACTIONAL:
+            next_status = status_after_transactional_answer(
+                response, current_attempt_key(effect)
+            )
+        else:
+            next_status = status_after_answer(response.status, effect.safety)
         if (
             next_status is EffectStatus.RETRYABLE
             and effect.attempts < contract.retry_limit
@@ -190,9 +215,14 @@ class Dispatcher:
         actor: str | None = None,
         kind: str = "settled",
         details: Mapping[str, Any] | None = None,
+        omit_body: bool = False,
     ) -> Effect:
-        """Seal ``response`` for this effect and settle it with it, in one commit."""
-        overflow = attempt is not None and attempt.overflow is not None
+        """Seal ``response`` for this effect and settle it with it, in one commit.
+
+        The body is left out (and the receipt says so) when it is longer than a receipt
+        holds: ``attempt.overflow`` for a live answer, ``omit_body`` for a looked-up one.
+        """
+        overflow = omit_body or (attempt is not None and attempt.overflow is not None)
         kept = (
             StoredResponse(
                 response.status,
@@ -277,12 +307,108 @@ class Dispatcher:
             )
         return Probed(effect, result.verdict, result.elapsed)
 
+    async def look_up(
+        self,
+        effect: Effect,
+        route: Route,
+        *,
+        stored_url: str,
+        injected: Mapping[str, Mapping[str, str]],
+    ) -> Probed:
+        """Settle a transactional effect's lost attempt by its attempt key.
+
+        Committed (found by the lookup, or the reason a tombstone was refused): the
+        answer the attempt committed with becomes the receipt. Tombstoned (now or
+        before): the attempt can never commit, so the effect is RETRYABLE at once, the
+        evidence in its history, and the retry limit decides whether another attempt,
+        under the next key, goes out. Anything else: unknown again, with backoff.
+        """
+        contract = route.contract
+        attempt, key = effect.attempts, current_attempt_key(effect)
+        # Two requests may go out under this lease: the lookup, then the tombstone.
+        lease = self.lease_for(contract) + contract.timeout
+        effect = await self._store.transition(
+            effect,
+            EffectStatus.RECONCILING,
+            kind="lookup",
+            actor=self._owner,
+            details={"attempt": attempt, "attempt_key": key},
+            lease_owner=self._owner,
+            lease=lease,
+        )
+        kit = Kit(
+            self._session,
+            base_url=base_url(route, stored_url),
+            headers=list(injected.get(route.name, {}).items()),
+            timeout=contract.timeout,
+            max_body=2 * self._max_receipt_bytes + _KIT_ANSWER_SLACK,
+        )
+        elapsed = 0.0
+        try:
+            async with self._slots.hold(effect.route):
+                answer = await kit.look_up(key)
+                elapsed += answer.elapsed
+                self.metrics.probes.labels(effect.route, _probe_result(answer)).inc()
+                if answer.finding is Finding.ABSENT:
+                    answer = await kit.tombstone(key)
+                    elapsed += answer.elapsed
+                    self.metrics.tombstones.labels(
+                        effect.route, _tombstone_result(answer)
+                    ).inc()
+        except NoFreeSlot as exc:
+            answer = KitAnswer(Finding.UNKNOWN, detail=str(exc))
+            self.metrics.probes.labels(effect.route, ProbeVerdict.UNKNOWN.value).inc()
+        evidence = {"attempt": attempt, "attempt_key": key}
+        if answer.finding is Finding.COMMITTED and answer.response is not None:
+            response = answer.response
+            effect = await self.record_receipt(
+                effect,
+                _settled_status(response.status),
+                response,
+                source=ReceiptSource.LOOKUP,
+                details={**evidence, "committed_at": answer.at},
+                omit_body=len(response.body) > self._max_receipt_bytes,
+            )
+            return Probed(effect, ProbeVerdict.FOUND, elapsed)
+        if answer.finding is Finding.TOMBSTONED:
+            effect = await self._store.transition(
+                effect,
+                EffectStatus.RETRYABLE,
+                kind="absence_proven",
+                actor=self._owner,
+                details={
+                    **evidence,
+                    "tombstoned_at": answer.at,
+                    "tombstone": "written" if answer.written else "found",
+                },
+                due_in=timedelta(0),
+                error=f"attempt {attempt} never committed: the target's tombstone for "
+                "its key did",
+            )
+            return Probed(effect, ProbeVerdict.ABSENT, elapsed)
+        effect = await self._store.transition(
+            effect,
+            EffectStatus.OUTCOME_UNKNOWN,
+            kind="lookup_unknown",
+            actor=self._owner,
+            details=evidence,
+            due_in=backoff(effect.attempts, rng=self._rng),
+            error=answer.detail or "the target's kit gave no proof either way",
+        )
+        return Probed(effect, ProbeVerdict.UNKNOWN, elapsed)
+
     async def give_up(self, effect: Effect) -> Effect:
-        """Out of attempts, each of which provably sent nothing: final, and said so."""
+        """Out of attempts, none of which took effect: final, and said so."""
         body = (
             b'{"error": "effect-broker gave up: the target could not be reached on any '
             b'attempt, so nothing was sent"}'
         )
+        if effect.safety is SafetyClass.TRANSACTIONAL:
+            body = (
+                b'{"error": "effect-broker gave up: no attempt took effect at the '
+                b"target (each one either never left or was proven never to commit by "
+                b'a tombstone at the target), and the retry limit is spent"}'
+            )
         response = StoredResponse(
             502, "Bad Gateway", [("Content-Type", "application/json")], body
         )
@@ -304,3 +430,28 @@ class Dispatcher:
             # a full settlement bound after this point can prove absence.
             settle_within=contract.settlement_bound,
         )
+
+
+def _settled_status(status_code: int) -> EffectStatus:
+    """A committed attempt is settled whatever it answered: success, or final as is."""
+    if status_after_answer(status_code, SafetyClass.TRANSACTIONAL) is (
+        EffectStatus.SUCCEEDED
+    ):
+        return EffectStatus.SUCCEEDED
+    return EffectStatus.FAILED_FINAL
+
+
+def _probe_result(answer: KitAnswer) -> str:
+    """The lookup in the probes metric, in the words reconcilable lookups use."""
+    return {
+        Finding.COMMITTED: ProbeVerdict.FOUND,
+        Finding.ABSENT: ProbeVerdict.ABSENT,
+        Finding.TOMBSTONED: ProbeVerdict.ABSENT,
+        Finding.UNKNOWN: ProbeVerdict.UNKNOWN,
+    }[answer.finding].value
+
+
+def _tombstone_result(answer: KitAnswer) -> str:
+    if answer.finding is Finding.TOMBSTONED:
+        return "written" if answer.written else "found"
+    return "refused" if answer.finding is Finding.COMMITTED else "unknown"

@@ -26,7 +26,7 @@ from effect_broker import failpoints
 from effect_broker.canonical import downstream_key
 from effect_broker.config.contracts import Contract, Route
 from effect_broker.engine import resolution
-from effect_broker.engine.dispatch import Dispatcher, outgoing_request
+from effect_broker.engine.dispatch import Dispatcher, outgoing_request, wire_key
 from effect_broker.engine.messages import StoredRequest
 from effect_broker.engine.policy import Verdict, decide
 from effect_broker.engine.resolution import ResolutionRequest
@@ -268,6 +268,24 @@ class Engine:
                     "the target's lookup could not say whether this effect happened",
                     INCONCLUSIVE_RETRY,
                 )
+            elif verdict is Verdict.LOOKUP:
+                looked = await self._dispatcher.look_up(
+                    effect,
+                    route,
+                    stored_url=(request or open_request(self._keyring, effect)).url,
+                    injected=self._injected,
+                )
+                effect, owned = looked.effect, True
+                upstream_seconds += looked.elapsed
+                if effect.status is not EffectStatus.OUTCOME_UNKNOWN:
+                    continue  # settled (replay it), or proven absent (the limit decides)
+                outcome = Unknown(
+                    effect,
+                    Unknowable.LOOKUP_INCONCLUSIVE,
+                    f"the target's kit could not say whether attempt {effect.attempts} "
+                    f"committed ({effect.last_error})",
+                    INCONCLUSIVE_RETRY,
+                )
             else:
                 effect = await self._dispatcher.start(effect, contract)
                 outcome = await self._send(effect, route, request)
@@ -286,7 +304,7 @@ class Engine:
         outgoing = outgoing_request(
             route,
             request or open_request(self._keyring, effect),
-            effect.downstream_key,
+            wire_key(effect),
             self._injected,
             self.wiring.protocols.get(route.name),
         )
@@ -383,11 +401,13 @@ class Engine:
 
 
 def _start_terms(contract: Contract) -> AttemptTerms | None:
-    """Reserve and start a new effect in one commit where a resend is safe anyway.
+    """Reserve and start a new effect in one commit where a crash before sending is
+    settled anyway: by a resend (idempotent), a lookup (reconcilable), or the kit's
+    lookup and tombstone of the first attempt's key (transactional).
 
     For an unsafe target the two commits stay apart: if this process dies between them,
     PREPARED proves nothing was sent, so the retry may still send it.
     """
-    if contract.safety not in (SafetyClass.IDEMPOTENT, SafetyClass.RECONCILABLE):
+    if contract.safety is SafetyClass.UNSAFE:
         return None
     return AttemptTerms(contract.key_retention, contract.settlement_bound)

@@ -23,6 +23,11 @@ def status_after_answer(status_code: int, safety: SafetyClass) -> EffectStatus:
     """The effect's next status given the HTTP status the target answered with."""
     if 200 <= status_code < 300 or status_code == 303:  # 303: done, result elsewhere
         return EffectStatus.SUCCEEDED
+    if safety is SafetyClass.TRANSACTIONAL and (
+        status_code in _REFUSED_BEFORE_PROCESSING or status_code >= 500
+    ):
+        # The kit's lookup proves what happened: no status needs reading as a proof.
+        return EffectStatus.OUTCOME_UNKNOWN
     if status_code in _REFUSED_BEFORE_PROCESSING:
         return EffectStatus.RETRYABLE
     if status_code in _RETRY_WITH_KEY and safety is SafetyClass.IDEMPOTENT:
@@ -48,8 +53,11 @@ def next_look_when_unknown(
     """When the reconciler should look at an unknown effect again; None: only a person.
 
     An unsafe effect is never retried or probed, so nothing is due for it: it waits,
-    visible in the list and the metrics, for an operator's resolution with evidence.
+    visible in the list and the metrics, for an operator's resolution with evidence. A
+    transactional one is looked up at once: the kit's answer needs no settling time.
     """
+    if safety is SafetyClass.TRANSACTIONAL:
+        return timedelta(0)
     if safety is SafetyClass.IDEMPOTENT:
         return backoff(attempts, rng=rng)
     if safety is SafetyClass.RECONCILABLE:

@@ -35,6 +35,7 @@ class Verdict(StrEnum):
     IN_FLIGHT = "in_flight"  # another worker holds a live lease on it
     EXPIRE_LEASE = "expire_lease"  # its holder died mid-flight: mark unknown, go on
     PROBE = "probe"  # reconcilable and unknown: ask the target before anything else
+    LOOKUP = "lookup"  # transactional and unknown: look the attempt up, else tombstone it
     WAIT_SETTLEMENT = "wait_settlement"  # a negative lookup proves nothing yet
     REVIEW = "review"  # nothing automatic may settle it any more: hand it to a person
     GIVE_UP = "give_up"  # every attempt provably sent nothing and the limit is spent
@@ -102,6 +103,18 @@ def _decide_unknown(effect: Effect, contract: Contract, now: datetime) -> Decisi
                 f"the retry limit of {contract.retry_limit} attempts is spent",
             )
         return Decision(Verdict.DISPATCH, "idempotent: same key within its retention")
+    if effect.safety is Safety.TRANSACTIONAL:
+        if effect.attempts < 1:  # nothing was ever started, so no attempt key exists
+            return Decision(
+                Verdict.AWAIT_OPERATOR, "unknown before any attempt: nothing to look up"
+            )
+        # No settlement bound and no retry limit: the lookup sends nothing, and what
+        # it finds (or the tombstone it leaves) is conclusive the moment it commits.
+        return Decision(
+            Verdict.LOOKUP,
+            f"transactional: look attempt {effect.attempts} up, and tombstone it if "
+            "it is absent",
+        )
     if effect.safety is Safety.RECONCILABLE and contract.probe is not None:
         if effect.settlement_deadline is not None and now < effect.settlement_deadline:
             return Decision(

@@ -22,7 +22,7 @@ from effect_broker.errors import (
     NotResolvable,
     RequeueRefused,
 )
-from effect_broker.models import Effect, EffectStatus, ReceiptSource
+from effect_broker.models import Effect, EffectStatus, ReceiptSource, SafetyClass
 from effect_broker.state_machine import TERMINAL, check_transition, is_allowed
 
 AWAITING_OPERATOR = frozenset({EffectStatus.OUTCOME_UNKNOWN, EffectStatus.MANUAL_REVIEW})
@@ -54,8 +54,8 @@ def check_reconcilable(effect: Effect) -> None:
     """Refuse "look now" unless the reconciler can act on the effect by itself.
 
     It can for a retryable effect (provably not committed), or an unknown one whose
-    contract lets it resend (idempotent) or look it up (reconcilable). Everything else
-    is refused with what to do instead.
+    contract lets it resend (idempotent) or look it up (reconcilable, transactional).
+    Everything else is refused with what to do instead.
     """
     _refuse_settled(effect)
     status = effect.status
@@ -109,6 +109,14 @@ def plan(effect: Effect, request: ResolutionRequest) -> ResolutionPlan:
     }
     kind = f"operator_{request.resolution.value}"
     if request.resolution is Resolution.NOT_COMMITTED:
+        if effect.safety is SafetyClass.TRANSACTIONAL:
+            raise RequeueRefused(
+                f"effect {effect.effect_id} is transactional: only the target's "
+                "tombstone proves its lost attempt will never commit, and a requeue "
+                "without one could let both attempts commit. Reconcile it instead "
+                f"(POST /v1/effects/{effect.effect_id}/reconcile): the proxy looks the "
+                "attempt up and tombstones it, then sends it again by itself"
+            )
         if not is_allowed(effect.status, EffectStatus.PREPARED, effect.safety):
             raise RequeueRefused(
                 f"effect {effect.effect_id} is {effect.safety}: its target cannot "

@@ -367,6 +367,11 @@ def _unknown_advice(effect: Effect) -> str:
         return "Retrying with the same Operation-Key is safe: the target deduplicates."
     if effect.safety is SafetyClass.RECONCILABLE:
         return "A retry with the same Operation-Key looks the effect up first."
+    if effect.safety is SafetyClass.TRANSACTIONAL:
+        return (
+            "A retry with the same Operation-Key looks the attempt up at the target "
+            "first, and sends it again only once the target proved it never committed."
+        )
     return "It will not be sent again; an operator resolves it through the admin API."
 
 
