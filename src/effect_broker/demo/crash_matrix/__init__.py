@@ -3,8 +3,10 @@
 A local journal cannot tell "the request never arrived" from "the target committed and
 the answer was lost". This runner shows what effect-broker does about that, with nothing
 simulated: for every safety class (the demo payment target's ``idempotent``,
-``reconcilable`` and ``unsafe`` modes) and every scenario below, it starts a fresh
-target process (its own SQLite file), a fresh ledger database and the real proxy
+``reconcilable``, ``unsafe`` and ``transactional`` modes) and every scenario below, it
+starts a fresh target process (its own SQLite file; in transactional mode a PostgreSQL
+database of its own, written with the target kit), a fresh ledger database and the real
+proxy
 process (the ``effect-broker serve`` command, configured by environment), breaks
 something, lets the scripted agent retry with the same ``Operation-Key``, waits until
 the ledger has settled as far as the proof allows, and then counts the rows in the
@@ -24,13 +26,23 @@ Scenarios:
 * ``zombie``: as above, but the proxy is frozen (SIGSTOP) instead of killed; a second
   proxy takes the effect over once the first one's lease is past and settles it; then the
   first wakes up (SIGCONT) and its late write must be fenced (refused by version);
+* ``tombstone-race`` (transactional only): the target makes the charge and holds its
+  transaction open before the kit's receipt; the proxy's attempt times out, its lookup
+  finds nothing and its tombstone commits; only then is the held transaction let go,
+  and its receipt INSERT must fail, taking the charge with it. The next attempt, under
+  the next attempt key, charges once;
+* ``commit-race`` (transactional only): the receipt is written and the COMMIT held; the
+  tombstone must wait (and give up, inconclusive) until the commit goes through, then
+  the lookup finds it: one attempt, its receipt from the lookup, nothing resent;
 * ``naive``: no proxy. The agent's naive mode (fresh key per attempt, 1 s timeout)
   against a target that withholds one answer: the double charge this project exists for.
 
 Verdict rules (``judge``), where any broken rule is a violation and the exit status 1:
 
-* idempotent and reconcilable: exactly one charge in every proxy scenario, the effect
-  ``succeeded`` with a receipt, and the agent got a 2xx;
+* idempotent, reconcilable and transactional: exactly one charge in every proxy
+  scenario, the effect ``succeeded`` with a receipt, and the agent got a 2xx; in
+  ``tombstone-race`` the history holds the tombstone's proof (``absence_proven``) and
+  a second attempt, in ``commit-race`` exactly one attempt and a ``lookup`` receipt;
 * unsafe: never more than one charge. Where the outcome is ambiguous (the request may
   have reached the target: ``before_upstream_send``, ``after_upstream_response``,
   ``sigkill-in-flight``, ``zombie``) the effect must end ``outcome_unknown`` and the agent
@@ -72,21 +84,27 @@ from effect_broker.demo.crash_matrix.matrix import SABOTAGES, run_matrix
 from effect_broker.demo.crash_matrix.report import render, report
 from effect_broker.demo.crash_matrix.verdicts import (
     AMBIGUOUS,
+    COMMIT_RACE,
     CONCURRENT,
     CONCURRENT_AGENTS,
     MODES,
     NAIVE,
     SCENARIOS,
     SIGKILL_IN_FLIGHT,
+    TOMBSTONE_RACE,
+    TRANSACTIONAL,
     ZOMBIE,
     CellResult,
     MatrixResult,
     Observation,
+    applies,
+    cell_count,
     judge,
 )
 
 __all__ = [
     "AMBIGUOUS",
+    "COMMIT_RACE",
     "CONCURRENT",
     "CONCURRENT_AGENTS",
     "MODES",
@@ -94,12 +112,16 @@ __all__ = [
     "SABOTAGES",
     "SCENARIOS",
     "SIGKILL_IN_FLIGHT",
+    "TOMBSTONE_RACE",
+    "TRANSACTIONAL",
     "ZOMBIE",
     "CellResult",
     "Ledger",
     "MatrixResult",
     "Observation",
     "agent",
+    "applies",
+    "cell_count",
     "judge",
     "main",
     "render",

@@ -14,7 +14,8 @@ through the proxy (the default)
 
 naively (``--naive``)
     ``POST {target}/{mode}/v1/charges`` directly, with a *fresh* random
-    ``Idempotency-Key`` or ``X-Correlation-Id`` per attempt and a 1 s client timeout.
+    ``Idempotency-Key``, ``X-Correlation-Id`` or ``Effect-Attempt-Key`` per attempt and
+    a 1 s client timeout.
     This is the everyday client that double-charges: when the target commits but the
     answer is late, the timeout fires, and the retry looks like a new charge.
 
@@ -41,7 +42,7 @@ from typing import Any, Literal
 
 import aiohttp
 
-MODES = ("idempotent", "reconcilable", "unsafe")
+MODES = ("idempotent", "reconcilable", "unsafe", "transactional")
 CHARGE: dict[str, Any] = {"amount": 4200, "currency": "usd", "order_id": "order-42"}
 ORDER_ID = "order-42"
 OPERATION_KEY = "order-42:charge"
@@ -142,6 +143,8 @@ def _headers(mode: str, naive: bool) -> dict[str, str]:
         return {"Idempotency-Key": fresh}
     if mode == "reconcilable":
         return {"X-Correlation-Id": fresh}
+    if mode == "transactional":  # the kit's attempt key, fresh: a new attempt each time
+        return {"Effect-Attempt-Key": fresh.replace("-", "")}
     return {}
 
 

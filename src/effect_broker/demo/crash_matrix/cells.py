@@ -22,12 +22,13 @@ import yaml
 from effect_broker.demo import payment_target
 from effect_broker.demo.crash_matrix import agent
 from effect_broker.demo.crash_matrix.agent import AgentResult
-from effect_broker.demo.crash_matrix.ledger import Ledger, LedgerReader
+from effect_broker.demo.crash_matrix.ledger import SETTLE_TIMEOUT, Ledger, LedgerReader
 from effect_broker.demo.crash_matrix.processes import (
     PROXY_BANNER,
     TARGET_BANNER,
     Proxy,
     Target,
+    poll,
     spawn,
 )
 
@@ -35,6 +36,10 @@ from effect_broker.demo.crash_matrix.processes import (
 ROUTES_TEMPLATE = files("effect_broker.demo.crash_matrix") / "routes.yaml"
 
 TENANT = "crash-matrix"
+#: The routes file's transactional route sends the kit's secret from this variable.
+KIT_SECRET_ENV = "CRASH_MATRIX_KIT_SECRET"
+#: ... and the demo target reads it from this one (kept off its command line).
+TARGET_KIT_SECRET_ENV = "PAYMENT_TARGET_KIT_SECRET"
 LEASE_GRACE = "300ms"  # lease = contract timeout (1 s) + this; then the holder is dead
 SETTLEMENT_DELAY = 0.3  # the target's lookup lags commits this much (bound: 500 ms)
 DEATH_TIMEOUT = 20.0  # an armed proxy reaches its failpoint within this
@@ -51,8 +56,8 @@ import typer
 import effect_broker.engine.engine as engine
 from effect_broker.cli.serve import serve
 original = engine.outgoing_request
-def fresh_key(route, stored, downstream_key, injected):
-    return original(route, stored, secrets.token_urlsafe(32), injected)
+def fresh_key(route, stored, downstream_key, *rest):
+    return original(route, stored, secrets.token_urlsafe(32), *rest)
 engine.outgoing_request = fresh_key
 typer.run(serve)
 """
@@ -67,36 +72,40 @@ class Cell:
     directory: Path
     database_url: str
     master_key: str
+    kit_secret: str
     sabotage: str | None
     stack: AsyncExitStack
     reader: LedgerReader
     proxies: int = 0
     routes: Path | None = None
+    #: transactional mode: the target's own PostgreSQL database (kit and charges)
+    target_database_url: str | None = None
 
     async def start_target(self) -> Target:
         db = self.directory / "target.sqlite3"
+        argv = [
+            sys.executable,
+            "-m",
+            payment_target.MODULE,
+            "--port",
+            "0",
+            "--db",
+            str(db),
+            "--settlement-delay",
+            str(SETTLEMENT_DELAY),
+            "--key-retention",
+            "86400",
+        ]
+        env = dict(os.environ)
+        if self.target_database_url is not None:
+            argv += ["--database-url", self.target_database_url]
+            env[TARGET_KIT_SECRET_ENV] = self.kit_secret
         process = await spawn(
-            self.stack,
-            "payment target",
-            [
-                sys.executable,
-                "-m",
-                payment_target.MODULE,
-                "--port",
-                "0",
-                "--db",
-                str(db),
-                "--settlement-delay",
-                str(SETTLEMENT_DELAY),
-                "--key-retention",
-                "86400",
-            ],
-            self.directory / "target.log",
-            dict(os.environ),
+            self.stack, "payment target", argv, self.directory / "target.log", env
         )
         url = (await process.wait_for_line(TARGET_BANNER)).group(1)
         self.routes = write_routes(self.directory / "routes.yaml", url)
-        return Target(url, db, process)
+        return Target(url, db, process, self.target_database_url)
 
     async def start_proxy(
         self,
@@ -120,6 +129,7 @@ class Cell:
             EFFECT_BROKER_RECONCILER="true",
             EFFECT_BROKER_POOL_MAX_SIZE="4",
         )
+        env[KIT_SECRET_ENV] = self.kit_secret
         if failpoint:
             env["EFFECT_BROKER_FAILPOINTS"] = failpoint
         boot = SERVE_SABOTAGED if self.sabotage else SERVE
@@ -153,6 +163,14 @@ class Cell:
     async def write_history(self) -> None:
         """The effect's event history, next to the process logs, for whoever debugs."""
         await self.reader.write_history(self.directory / "ledger-events.txt")
+
+    async def wait_for_event(self, kind: str, what: str) -> None:
+        """Until the effect's history holds an event of ``kind``."""
+
+        async def seen() -> bool | None:
+            return True if await self.reader.events_of(kind) >= 1 else None
+
+        await poll(seen, timeout=SETTLE_TIMEOUT, what=what)
 
     async def claimed_by(self, proxy: Proxy) -> bool:
         return await self.reader.claimed_by(proxy.actor_pattern())

@@ -27,6 +27,7 @@ class Ledger:
     lease_owner: str | None
     receipt_source: str | None
     last_actor: str
+    absences_proven: int = 0  # transactional: tombstones that proved an attempt absent
 
     def at_rest(self, mode: str) -> bool:
         """Nothing will move this effect any more, so it can be judged.
@@ -49,7 +50,9 @@ LEDGER_ROW = """
 SELECT e.effect_id, e.status, e.attempts, e.version, e.due_at IS NOT NULL AS due,
        e.lease_owner, r.source AS receipt_source,
        (SELECT actor FROM effect_events v WHERE v.effect_id = e.effect_id
-        ORDER BY seq DESC LIMIT 1) AS last_actor
+        ORDER BY seq DESC LIMIT 1) AS last_actor,
+       (SELECT count(*) FROM effect_events v WHERE v.effect_id = e.effect_id
+        AND v.kind = 'absence_proven') AS absences_proven  -- a tombstone's proof
 FROM effects e LEFT JOIN effect_receipts r USING (effect_id)
 WHERE e.tenant_id = $1 AND e.operation_key = $2
 """
@@ -66,6 +69,10 @@ SELECT count(*) FROM effects e JOIN effect_events v USING (effect_id)
 WHERE e.tenant_id = $1 AND e.operation_key = $2 AND v.actor LIKE $3
   AND v.seq > (SELECT min(w.seq) FROM effect_events w
                WHERE w.effect_id = e.effect_id AND w.kind = 'claimed' AND w.actor LIKE $4)
+"""
+EVENTS_OF_KIND = """
+SELECT count(*) FROM effects e JOIN effect_events v USING (effect_id)
+WHERE e.tenant_id = $1 AND e.operation_key = $2 AND v.kind = $3
 """
 HISTORY = """
 SELECT v.seq, v.occurred_at, v.kind, v.from_status, v.to_status, v.actor, v.details
@@ -95,6 +102,7 @@ class LedgerReader:
             lease_owner=row["lease_owner"],
             receipt_source=row["receipt_source"],
             last_actor=row["last_actor"],
+            absences_proven=row["absences_proven"],
         )
 
     async def settled_ledger(self, mode: str) -> Ledger:
@@ -116,6 +124,13 @@ class LedgerReader:
             self.operation_key,
             zombie_actors,
             successor_actors,
+        )
+        return count
+
+    async def events_of(self, kind: str) -> int:
+        """How many events of ``kind`` the effect's history holds."""
+        count: int = await self.conn.fetchval(
+            EVENTS_OF_KIND, self.tenant, self.operation_key, kind
         )
         return count
 

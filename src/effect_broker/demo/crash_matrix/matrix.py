@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import os
+import secrets
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -27,9 +28,11 @@ from effect_broker.demo.crash_matrix.verdicts import (
     BY,
     MODES,
     SCENARIOS,
+    TRANSACTIONAL,
     CellResult,
     MatrixResult,
     Observation,
+    applies,
     judge,
 )
 from effect_broker.store.migrations import apply_migrations
@@ -56,6 +59,7 @@ class Matrix:
     master_key: str = field(
         default_factory=lambda: base64.b64encode(os.urandom(32)).decode()
     )
+    kit_secret: str = field(default_factory=lambda: secrets.token_urlsafe(24))
     template: str = field(default_factory=lambda: f"crash_tmpl_{uuid.uuid4().hex[:10]}")
     databases: list[str] = field(default_factory=list)
     create_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
@@ -87,10 +91,15 @@ class Matrix:
                 )
             )
 
-    async def fresh_database(self, mode: str, scenario: str) -> str:
+    async def fresh_database(
+        self, mode: str, scenario: str, *, template: str | None = None
+    ) -> str:
+        """A new database for one cell: a clone of the migrated ledger ``template``,
+        or, without one, an empty database (a transactional target's own)."""
         name = f"crash_{mode}_{scenario.replace('-', '_')}_{uuid.uuid4().hex[:6]}"
+        clone = f' TEMPLATE "{template}"' if template else ""
         async with self.create_lock:  # concurrent clones of one template may collide
-            await self._admin(f'CREATE DATABASE "{name}" TEMPLATE "{self.template}"')
+            await self._admin(f'CREATE DATABASE "{name}"{clone}')
         self.databases.append(name)
         return with_database(self.server_dsn, name)
 
@@ -100,7 +109,12 @@ class Matrix:
         directory.mkdir(parents=True, exist_ok=True)
         seen: Observation | None = None
         try:
-            database_url = await self.fresh_database(mode, scenario)
+            database_url = await self.fresh_database(
+                mode, scenario, template=self.template
+            )
+            target_database_url = None
+            if mode == TRANSACTIONAL:
+                target_database_url = await self.fresh_database(mode, "target")
             async with AsyncExitStack() as stack:
                 conn = await asyncpg.connect(database_url)
                 stack.push_async_callback(conn.close)
@@ -110,9 +124,11 @@ class Matrix:
                     directory=directory,
                     database_url=database_url,
                     master_key=self.master_key,
+                    kit_secret=self.kit_secret,
                     sabotage=self.sabotage,
                     stack=stack,
                     reader=LedgerReader(conn, TENANT, OPERATION_KEY),
+                    target_database_url=target_database_url,
                 )
                 # Runs after every process of the cell has stopped (the stack is LIFO).
                 stack.push_async_callback(cell.write_history)
@@ -164,7 +180,12 @@ async def _run_matrix(
     sabotage: str | None,
 ) -> MatrixResult:
     started = time.monotonic()
-    order = [(mode, scenario) for scenario in scenarios for mode in modes]
+    order = [
+        (mode, scenario)
+        for scenario in scenarios
+        for mode in modes
+        if applies(mode, scenario)
+    ]
     results: dict[tuple[str, str], CellResult] = {}
     pending = iter(order)
     matrix = Matrix(server_dsn, workdir, sabotage)
@@ -180,7 +201,12 @@ async def _run_matrix(
 
     async with matrix.prepared():
         await asyncio.gather(*(worker() for _ in range(max(1, parallel))))
-    cells = tuple(results[mode, scenario] for mode in modes for scenario in scenarios)
+    cells = tuple(
+        results[mode, scenario]
+        for mode in modes
+        for scenario in scenarios
+        if applies(mode, scenario)
+    )
     return MatrixResult(cells, round(time.monotonic() - started, 1), workdir)
 
 

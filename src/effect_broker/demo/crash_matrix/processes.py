@@ -21,6 +21,7 @@ from typing import TypeVar
 from urllib.parse import urlsplit
 
 import aiohttp
+import asyncpg
 
 from effect_broker.demo.crash_matrix.agent import ORDER_ID
 
@@ -136,35 +137,76 @@ async def poll(
 
 @dataclass
 class Target:
-    """The demo payment target of one cell; its SQLite table is the ground truth."""
+    """The demo payment target of one cell; its charges table is the ground truth.
+
+    SQLite for the idempotent, reconcilable and unsafe modes; in transactional mode
+    (``database_url`` set) a PostgreSQL database of its own, where the kit's receipts
+    share each charge's transaction.
+    """
 
     url: str
     db: Path
     process: Process
+    database_url: str | None = None
 
     async def charges(self) -> int:
-        def count() -> int:
+        if self.database_url is not None:
+            conn = await asyncpg.connect(self.database_url)
+            try:
+                count: int = await conn.fetchval(
+                    "SELECT count(*) FROM charges WHERE order_id = $1", ORDER_ID
+                )
+            finally:
+                await conn.close()
+            return count
+
+        def count_sqlite() -> int:
             with sqlite3.connect(self.db) as conn:
                 (n,) = conn.execute(
                     "SELECT count(*) FROM charges WHERE order_id = ?", (ORDER_ID,)
                 ).fetchone()
             return int(n)
 
-        return await asyncio.to_thread(count)
+        return await asyncio.to_thread(count_sqlite)
+
+    async def arm(self, fault: str) -> None:
+        """Arm one use of a ``/_faults`` fault on the target."""
+        async with (
+            aiohttp.ClientSession() as session,
+            session.post(f"{self.url}/_faults", json={fault: 1}) as answer,
+        ):
+            answer.raise_for_status()
 
     async def withhold_next_answer(self) -> None:
         """Arm ``hang_after_commit``: the next charge commits and is never answered."""
-        async with (
-            aiohttp.ClientSession() as session,
-            session.post(f"{self.url}/_faults", json={"hang_after_commit": 1}) as answer,
-        ):
-            answer.raise_for_status()
+        await self.arm("hang_after_commit")
 
     async def wait_for_charge(self) -> None:
         async def committed() -> bool | None:
             return True if await self.charges() >= 1 else None
 
         await poll(committed, timeout=START_TIMEOUT, what="the target to commit")
+
+    async def wait_until_held(self) -> None:
+        """Until a charge waits inside its open transaction (an armed hold)."""
+
+        async def held() -> bool | None:
+            async with (
+                aiohttp.ClientSession() as session,
+                session.get(f"{self.url}/_faults") as answer,
+            ):
+                shown = await answer.json()
+            return True if shown.get("held", 0) >= 1 else None
+
+        await poll(held, timeout=START_TIMEOUT, what="a charge held in its transaction")
+
+    async def release(self) -> None:
+        """Let every held charge go on to its receipt and COMMIT."""
+        async with (
+            aiohttp.ClientSession() as session,
+            session.post(f"{self.url}/_faults/release") as answer,
+        ):
+            answer.raise_for_status()
 
 
 @dataclass

@@ -13,6 +13,7 @@ from effect_broker.demo.crash_matrix.verdicts import (
     CellResult,
     MatrixResult,
     Observation,
+    cell_count,
 )
 
 # --------------------------------------------------------------------------- report
@@ -97,12 +98,12 @@ def report(console: Console, result: MatrixResult) -> None:
                 f"(logs: {cell.logs})",
                 highlight=False,
             )
-    complete = len(result.cells) == len(MODES) * len(SCENARIOS)
+    complete = len(result.cells) == cell_count(MODES, SCENARIOS)
     if result.ok and complete:
         console.print(
-            "[green]The proxy left exactly one charge on the idempotent and "
-            "reconcilable targets, no duplicate and a visible outcome_unknown on the "
-            "unsafe one; the naive client double-charged.[/]"
+            "[green]The proxy left exactly one charge on the idempotent, reconcilable "
+            "and transactional targets, no duplicate and a visible outcome_unknown on "
+            "the unsafe one; the naive client double-charged.[/]"
         )
     elif result.ok:
         console.print(f"[green]No violation in the {len(result.cells)} cells run.[/]")

@@ -19,10 +19,12 @@ from effect_broker.demo.crash_matrix.cells import DEATH_TIMEOUT, Cell
 from effect_broker.demo.crash_matrix.ledger import SETTLE_TIMEOUT, Ledger
 from effect_broker.demo.crash_matrix.processes import CellError, Target, poll
 from effect_broker.demo.crash_matrix.verdicts import (
+    COMMIT_RACE,
     CONCURRENT,
     CONCURRENT_AGENTS,
     NAIVE,
     SIGKILL_IN_FLIGHT,
+    TOMBSTONE_RACE,
     ZOMBIE,
     Observation,
 )
@@ -103,6 +105,38 @@ async def zombie(cell: Cell) -> Observation:
     )
 
 
+async def tombstone_race(cell: Cell) -> Observation:
+    """The attempt holds its transaction open; the proxy's tombstone commits first.
+
+    Only once the ledger holds the tombstone's proof is the held transaction let go: its
+    receipt INSERT then meets the tombstone's row and fails, and its charge rolls back.
+    """
+    target = await cell.start_target()
+    await target.arm("hold_before_receipt")
+    proxy = await cell.start_proxy()
+    async with asking(cell.run_agent(proxy.url)) as result:
+        await target.wait_until_held()
+        await cell.wait_for_event("absence_proven", "the tombstone's proof of absence")
+        await target.release()
+    return await observe(cell, target, [await result])
+
+
+async def commit_race(cell: Cell) -> Observation:
+    """The attempt's receipt is written and its COMMIT held: the tombstone must wait.
+
+    Once a lookup has come back inconclusive (the tombstone could not take the key the
+    held transaction has), the COMMIT goes through; the next lookup must find it.
+    """
+    target = await cell.start_target()
+    await target.arm("hold_before_commit")
+    proxy = await cell.start_proxy()
+    async with asking(cell.run_agent(proxy.url)) as result:
+        await target.wait_until_held()
+        await cell.wait_for_event("lookup_unknown", "an inconclusive lookup")
+        await target.release()
+    return await observe(cell, target, [await result])
+
+
 async def naive(cell: Cell) -> Observation:
     """No proxy: a fresh key per attempt and a 1 s timeout against a late answer."""
     target = await cell.start_target()
@@ -161,6 +195,8 @@ async def run_scenario(cell: Cell) -> Observation:
         SIGKILL_IN_FLIGHT: sigkill_in_flight,
         CONCURRENT: concurrent,
         ZOMBIE: zombie,
+        TOMBSTONE_RACE: tombstone_race,
+        COMMIT_RACE: commit_race,
         NAIVE: naive,
     }
     return await scenarios[cell.scenario](cell)

@@ -14,12 +14,28 @@ from effect_broker import failpoints
 from effect_broker.demo.crash_matrix.agent import AgentResult
 from effect_broker.demo.crash_matrix.ledger import Ledger
 
-MODES = ("idempotent", "reconcilable", "unsafe")
+TRANSACTIONAL = "transactional"
+MODES = ("idempotent", "reconcilable", "unsafe", TRANSACTIONAL)
 SIGKILL_IN_FLIGHT = "sigkill-in-flight"
 CONCURRENT = "10-concurrent"
 ZOMBIE = "zombie"
 NAIVE = "naive"
-SCENARIOS = (*failpoints.ALL, SIGKILL_IN_FLIGHT, CONCURRENT, ZOMBIE, NAIVE)
+#: transactional only: the attempt holds its transaction open after its change; the
+#: proxy's tombstone commits first, so the attempt's own commit must fail.
+TOMBSTONE_RACE = "tombstone-race"
+#: transactional only: the attempt's receipt is written and its COMMIT held; the
+#: tombstone must wait and lose, and the lookup find the commit: nothing is resent.
+COMMIT_RACE = "commit-race"
+TRANSACTIONAL_ONLY = frozenset({TOMBSTONE_RACE, COMMIT_RACE})
+SCENARIOS = (
+    *failpoints.ALL,
+    SIGKILL_IN_FLIGHT,
+    CONCURRENT,
+    ZOMBIE,
+    TOMBSTONE_RACE,
+    COMMIT_RACE,
+    NAIVE,
+)
 #: Scenarios where the request may or may not have reached the target when the proxy
 #: lost track of it. An unsafe target cannot say which, so the answer must be "unknown".
 AMBIGUOUS = frozenset(
@@ -31,6 +47,15 @@ AMBIGUOUS = frozenset(
     }
 )
 CONCURRENT_AGENTS = 10
+
+
+def applies(mode: str, scenario: str) -> bool:
+    """Whether a cell exists: the races need the kit's holds, so transactional only."""
+    return mode == TRANSACTIONAL or scenario not in TRANSACTIONAL_ONLY
+
+
+def cell_count(modes: Sequence[str], scenarios: Sequence[str]) -> int:
+    return sum(applies(mode, scenario) for mode in modes for scenario in scenarios)
 BY = " \u00d7 "  # mode x scenario, as the progress lines print it
 
 
@@ -122,6 +147,20 @@ def judge(seen: Observation) -> tuple[str, list[str]]:
         if not all(result.replayed for result in seen.agents):
             problems.append("the receipt committed before the crash was not replayed")
         verdict += ", receipt replayed"
+    if seen.scenario == TOMBSTONE_RACE:
+        proofs = ledger.absences_proven if ledger else 0
+        if proofs < 1:
+            problems.append("no tombstone proved the held attempt absent")
+        if ledger is None or ledger.attempts < 2:
+            problems.append("the next attempt was never sent")
+        verdict += f", tombstone won ({proofs} absence proven)"
+    if seen.scenario == COMMIT_RACE:
+        if ledger is None or ledger.attempts != 1:
+            sent = ledger.attempts if ledger else 0
+            problems.append(f"{sent} attempts sent: the committed one was resent")
+        if ledger is None or ledger.receipt_source != "lookup":
+            problems.append("the receipt did not come from the kit's lookup")
+        verdict += ", commit won, found by lookup"
     if seen.scenario == CONCURRENT:
         problems += _concurrent_problems(seen.agents)
         verdict += f", {len(seen.agents)} agents one answer"
