@@ -38,16 +38,15 @@ T = TypeVar("T")
 
 
 def run_on_fastest_loop(main: Coroutine[Any, Any, T]) -> T:
-    """Run ``main`` on the event loop ``EFFECT_BROKER_EVENT_LOOP`` names: ``asyncio``
-    (the default) or ``uvloop`` (a dependency on Linux and macOS), which cuts the event
-    loop's share of each request (tasks, futures, socket callbacks). Asking for uvloop
-    where it is not installed falls back to asyncio's loop.
+    """Run ``main`` on uvloop where it is installed (a dependency on Linux and macOS),
+    else on asyncio's loop. uvloop cuts the event loop's share of each request (tasks,
+    futures, socket callbacks: about a quarter of the proxy's CPU on asyncio's loop).
 
-    uvloop is not the default yet: its transports are not ``asyncio.Transport``
-    instances, and the proxy's connection sniffer (``proxy/connect.py``) asserts that
-    they are; with that check relaxed the default can become uvloop where installed.
+    ``EFFECT_BROKER_EVENT_LOOP=asyncio`` opts out (to rule the loop out when chasing a
+    bug, or on a platform where uvloop misbehaves); ``uvloop`` or unset means uvloop
+    when it can be imported.
     """
-    if os.environ.get("EFFECT_BROKER_EVENT_LOOP", "").strip().lower() == "uvloop":
+    if event_loop_choice() == "uvloop":
         try:
             import uvloop
         except ImportError:
@@ -56,6 +55,21 @@ def run_on_fastest_loop(main: Coroutine[Any, Any, T]) -> T:
             with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
                 return runner.run(main)
     return asyncio.run(main)
+
+
+EVENT_LOOPS = ("uvloop", "asyncio")
+
+
+def event_loop_choice() -> str:
+    """``EFFECT_BROKER_EVENT_LOOP``: uvloop (the default) or asyncio; anything else is
+    refused, so a typo cannot silently pick a loop nobody asked for."""
+    choice = os.environ.get("EFFECT_BROKER_EVENT_LOOP", "").strip().lower() or "uvloop"
+    if choice not in EVENT_LOOPS:
+        raise EffectBrokerError(
+            f"EFFECT_BROKER_EVENT_LOOP={choice!r} is not one of "
+            f"{', '.join(EVENT_LOOPS)} (unset: uvloop where installed)"
+        )
+    return choice
 
 
 def announce_failpoints() -> None:
