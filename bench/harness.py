@@ -25,7 +25,7 @@ from typing import Any, Literal
 import aiohttp
 from yarl import URL
 
-from bench import ledger, report
+from bench import ledger, report, scale
 from bench.loadgen import (
     BODY,
     Generator,
@@ -46,15 +46,17 @@ RSS_CHUNKS = 10  # RSS is sampled after each tenth of the effects
 class Config:
     name: str
     label: str
-    via: Literal["direct", "bare", "broker"]
+    via: Literal["direct", "bare", "broker", "broker2"]
     path: str = ledger.CHARGE_PATH
     keys: Literal["new", "replay"] = "new"
 
     @property
     def records(self) -> bool:
         """Whether effect-broker records these requests as effects (a matched route)."""
-        return self.via == "broker" and self.path == ledger.CHARGE_PATH
+        return self.via in BROKERS and self.path == ledger.CHARGE_PATH
 
+
+BROKERS = ("broker", "broker2")  # effect-broker with 1 worker, with 2
 
 CONFIGS = {
     config.name: config
@@ -62,6 +64,7 @@ CONFIGS = {
         Config("direct", "direct to upstream", "direct"),
         Config("bare", "bare proxy (baseline)", "bare"),
         Config("new", "effect-broker, new keys", "broker"),
+        Config("new_w2", "effect-broker, 2 workers, new keys", "broker2"),
         Config("replay", "effect-broker, replayed keys", "broker", keys="replay"),
         Config(
             "passthrough", "effect-broker, unmatched", "broker", ledger.UNMATCHED_PATH
@@ -79,6 +82,9 @@ class Options:
     warmup: float
     requests: int
     effects: int
+    commit_effects: int
+    fill: int
+    size_effects: int
     generator: str
     database_url: str | None
     pg_overrides: dict[str, str]
@@ -102,6 +108,7 @@ class Stack:
     upstream: Server
     bare: Server
     broker: ledger.Broker
+    broker2: ledger.Broker | None
     database_url: str
     replay_keys: tuple[str, ...] = ()
     rss_at_start: dict[str, int] = field(default_factory=dict)
@@ -110,16 +117,20 @@ class Stack:
     def upstream_url(self) -> str:
         return self.upstream.match.group(1)
 
+    def brokers(self) -> dict[str, ledger.Broker]:
+        both = {"broker": self.broker, "broker2": self.broker2}
+        return {via: broker for via, broker in both.items() if broker is not None}
+
     def proxy(self, config: Config) -> Server | None:
-        return {"direct": None, "bare": self.bare, "broker": self.broker.server}[
-            config.via
-        ]
+        if config.via in BROKERS:
+            return self.brokers()[config.via].server
+        return {"direct": None, "bare": self.bare}[config.via]
 
     def proxy_url(self, config: Config) -> str | None:
+        if config.via in BROKERS:
+            return self.brokers()[config.via].proxy_url
         proxy = self.proxy(config)
-        if proxy is None:
-            return None
-        return self.broker.proxy_url if config.via == "broker" else proxy.match.group(1)
+        return None if proxy is None else proxy.match.group(1)
 
 
 def parse_args(argv: Sequence[str] | None) -> Options:
@@ -149,6 +160,24 @@ def parse_args(argv: Sequence[str] | None) -> Options:
         "--effects",
         type=int,
         help="new effects for the RSS measurement (default 100000, quick 5000; 0 skips)",
+    )
+    parser.add_argument(
+        "--commit-effects",
+        type=int,
+        help="new effects at c=1 (4x at c=64) counted for commits per effect "
+        "(default 2000, quick 300; 0 skips)",
+    )
+    parser.add_argument(
+        "--fill",
+        type=int,
+        help="settled effects written into a second ledger to time writes on a large "
+        "ledger (default 1000000, quick 100000; 0 skips)",
+    )
+    parser.add_argument(
+        "--size-effects",
+        type=int,
+        help="new effects at c=1 timed on that ledger, empty and filled (default 2000, "
+        "quick 500)",
     )
     parser.add_argument("--generator", choices=["auto", "wrk", "python"], default="auto")
     parser.add_argument(
@@ -199,6 +228,9 @@ def parse_args(argv: Sequence[str] | None) -> Options:
         warmup=args.warmup if args.warmup is not None else (0.5 if quick else 1.0),
         requests=args.requests,
         effects=effects,
+        commit_effects=_given(args.commit_effects, 300 if quick else 2000),
+        fill=_given(args.fill, 100_000 if quick else 1_000_000),
+        size_effects=_given(args.size_effects, 500 if quick else 2000),
         generator=args.generator,
         database_url=args.database_url,
         pg_overrides=overrides,
@@ -207,6 +239,10 @@ def parse_args(argv: Sequence[str] | None) -> Options:
         results_md=args.results_md,
         render=args.render,
     )
+
+
+def _given(value: int | None, default: int) -> int:
+    return default if value is None else value
 
 
 def say(message: str) -> None:
@@ -287,7 +323,7 @@ def measure(
     proxy = stack.proxy(config)
     proxy_cpu = 0.0
     db_cpu: dict[int, float] | None = None
-    database = stack.database_url if config.via == "broker" else None
+    database = stack.database_url if config.via in BROKERS else None
 
     def started() -> None:
         nonlocal proxy_cpu, db_cpu
@@ -393,10 +429,21 @@ def start_stack(
         database_url, routes, workdir / "effect-broker.log", options.broker_command
     )
     stack.callback(broker.server.stop)
+    broker2 = None
+    if "new_w2" in options.configs:
+        broker2 = ledger.start_broker(
+            database_url,
+            routes,
+            workdir / "effect-broker-2.log",
+            options.broker_command,
+            workers=2,
+        )
+        stack.callback(broker2.server.stop)
     return Stack(
         upstream,
         bare,
         broker,
+        broker2,
         database_url,
         rss_at_start={
             "bare proxy": bare.rss_kib(),
@@ -454,6 +501,7 @@ def run(options: Options) -> dict[str, Any]:
         if options.effects > 0:
             say(f"RSS: {options.effects:,} new effects through effect-broker (c=64)")
             rss = measure_rss(processes, options.effects, generator)
+        scale = measure_scale(processes, postgres, workdir, options)
         rss_at_end = {
             "bare proxy": processes.bare.rss_kib(),
             "effect-broker": processes.broker.server.rss_kib(),
@@ -479,8 +527,68 @@ def run(options: Options) -> dict[str, Any]:
                 for pair, measured in runs.items()
             },
             rss=rss,
+            scale=scale,
             rss_by_process={"at_start": processes.rss_at_start, "at_end": rss_at_end},
         )
+
+
+def measure_scale(
+    stack: Stack, postgres: ledger.PostgresInfo, workdir: Path, options: Options
+) -> dict[str, Any]:
+    """Commits per new effect (each effect-broker, c=1 and c=64), then new effects on
+    an empty ledger and on one with ``options.fill`` settled effects (``bench.scale``)."""
+    found: dict[str, Any] = {"commits": {}, "ledger_size": None}
+    if options.commit_effects > 0:
+        for via, broker in stack.brokers().items():
+            workers = 2 if via == "broker2" else 1
+            for concurrency, count in (
+                (1, options.commit_effects),
+                (64, options.commit_effects * 4),
+            ):
+                say(f"commits per new effect: {workers} worker(s), c={concurrency}")
+                measured = scale.per_effect(
+                    stack.database_url,
+                    stack.upstream_url,
+                    broker.proxy_url,
+                    concurrency,
+                    count,
+                )
+                found["commits"][f"{workers}/{concurrency}"] = {
+                    "workers": workers,
+                    "concurrency": concurrency,
+                    **measured,
+                }
+    if options.fill > 0:
+        with ledger.bench_database(postgres) as dsn:
+            routes = workdir / "routes.yaml"
+            broker = ledger.start_broker(
+                dsn, routes, workdir / "effect-broker-size.log", options.broker_command
+            )
+            try:
+                say(f"write cost: {options.size_effects:,} new effects, empty ledger")
+                before = scale.ledger_rows(dsn)
+                empty = scale.p50_at_c1(
+                    stack.upstream_url, broker.proxy_url, options.size_effects
+                )
+                empty["ledger_effects"] = before
+                say(f"write cost: writing {options.fill:,} settled effects")
+                seconds = scale.fill(dsn, options.fill)
+                say(f"write cost: {options.size_effects:,} new effects, full ledger")
+                before = scale.ledger_rows(dsn)
+                full = scale.p50_at_c1(
+                    stack.upstream_url, broker.proxy_url, options.size_effects
+                )
+                full["ledger_effects"] = before
+            finally:
+                broker.server.stop()
+        found["ledger_size"] = {
+            "fill": options.fill,
+            "fill_seconds": seconds,
+            "empty": empty,
+            "full": full,
+            "p50_ratio": full["p50_ms"] / empty["p50_ms"] if empty["p50_ms"] else None,
+        }
+    return found
 
 
 def _run_json(run: Run) -> dict[str, Any]:

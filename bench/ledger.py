@@ -31,6 +31,8 @@ SYSTEM_POSTGRES = "postgresql://postgres@127.0.0.1:5432/postgres"
 ROUTES_TEMPLATE = Path(__file__).with_name("routes.yaml")
 CHARGE_PATH = "/pay/charge"  # the route records effects here ...
 UNMATCHED_PATH = "/pay/other"  # ... and passes everything else through
+# One key for every effect-broker of a run: two of them share the bench database.
+MASTER_KEY = base64.b64encode(os.urandom(32)).decode()
 _BANNER = re.compile(r"proxy on (http://\S+?), admin on (http://\S+?),")
 
 
@@ -181,16 +183,21 @@ class Broker:
 
 
 def start_broker(
-    database_url: str, routes: Path, log: Path, command: Sequence[str] | None = None
+    database_url: str,
+    routes: Path,
+    log: Path,
+    command: Sequence[str] | None = None,
+    workers: int = 1,
 ) -> Broker:
-    """``effect-broker serve`` on ephemeral ports, the reconciler off, pool of 20.
+    """``effect-broker serve`` on ephemeral ports, the reconciler off, pool of 20 (per
+    worker); with ``workers`` > 1 ready once every worker has said where it listens.
 
     ``command`` replaces ``effect-broker`` (``serve`` is appended), to compare builds.
     """
     env = child_env(
         {
             "EFFECT_BROKER_DATABASE_URL": database_url,
-            "EFFECT_BROKER_MASTER_KEY": base64.b64encode(os.urandom(32)).decode(),
+            "EFFECT_BROKER_MASTER_KEY": MASTER_KEY,
             "EFFECT_BROKER_ROUTES": str(routes),
             "EFFECT_BROKER_LISTEN": "127.0.0.1:0",
             "EFFECT_BROKER_ADMIN_LISTEN": "127.0.0.1:0",
@@ -201,9 +208,13 @@ def start_broker(
     )
     server = start_server(
         "effect-broker",
-        [*(command or effect_broker_command()), "serve"],
+        [
+            *(command or effect_broker_command()),
+            "serve",
+            *(["--workers", str(workers)] if workers > 1 else []),
+        ],
         log=log,
-        ready=_BANNER,
+        ready=re.compile(".*".join([_BANNER.pattern] * workers), re.DOTALL),
         env=env,
     )
     return Broker(server, server.match.group(1), server.match.group(2))

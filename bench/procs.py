@@ -50,7 +50,8 @@ class Server:
         return rss_kib(self.pid)
 
     def cpu_seconds(self) -> float:
-        return cpu_seconds(self.pid)
+        """CPU time of the process and every process under it (a supervisor's workers)."""
+        return sum(cpu_seconds(pid) for pid in family(self.pid))
 
     def stop(self, timeout: float = 10.0) -> None:
         """SIGTERM (a graceful stop), then SIGKILL if it does not go in ``timeout``."""
@@ -101,6 +102,18 @@ def start_server(
     )
 
 
+def family(pid: int) -> list[int]:
+    """``pid`` and its descendants, from /proc/PID/task/*/children."""
+    found = [pid]
+    for one in found:
+        for task in Path(f"/proc/{one}/task").glob("*"):
+            try:
+                found.extend(int(c) for c in (task / "children").read_text().split())
+            except OSError:
+                continue
+    return found
+
+
 def rss_kib(pid: int) -> int:
     """Resident set size of ``pid`` in KiB, from /proc/PID/status (VmRSS)."""
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
@@ -110,8 +123,12 @@ def rss_kib(pid: int) -> int:
 
 
 def cpu_seconds(pid: int) -> float:
-    """User plus system CPU time ``pid`` has used so far, from /proc/PID/stat."""
-    stat = Path(f"/proc/{pid}/stat").read_text()
+    """User plus system CPU time ``pid`` has used so far, from /proc/PID/stat (0 for a
+    process that has just gone)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return 0.0
     fields = stat[stat.rindex(")") + 2 :].split()
     # fields[0] is field 3 (state): utime and stime are fields 14 and 15.
     return (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS

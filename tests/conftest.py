@@ -24,6 +24,19 @@ from effect_broker.store.migrations import apply_migrations
 
 INTEGRATION_DIR = Path(__file__).parent / "integration"
 
+# The proxies these tests start in-process run on pytest-asyncio's loop: asyncio's,
+# unless EFFECT_BROKER_EVENT_LOOP=uvloop asks for uvloop, the loop `serve` and `up` use
+# by default. CI runs the CONNECT and interception tests a second time that way (uvloop's
+# transports are not asyncio.Transport subclasses, and those tests hand raw transports
+# around). The hook exists only then: pytest-asyncio parametrizes every test it sees.
+if os.environ.get("EFFECT_BROKER_EVENT_LOOP", "").strip().lower() == "uvloop":
+    import uvloop
+
+    def pytest_asyncio_loop_factories(
+        config: pytest.Config, item: pytest.Item
+    ) -> dict[str, Any]:
+        return {"uvloop": uvloop.new_event_loop}
+
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:

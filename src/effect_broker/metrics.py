@@ -2,16 +2,42 @@
 
 One registry per process state, not the global one, so several proxies can live in one
 test process. No tenant label anywhere: tenants are unbounded, routes are not.
+
+Under ``serve --workers N`` the supervisor sets ``PROMETHEUS_MULTIPROC_DIR`` for its
+workers, and prometheus-client keeps every value in a per-process file there. Any
+worker's ``/metrics`` then answers for all of them: counters and histograms are summed,
+the unknown-effect gauges (read from the ledger, the same for every worker) take the
+value set most recently, the reconciler heartbeat the latest pass of any worker. One
+scrape of the shared admin port is the whole picture, whichever worker answers it.
 """
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+import os
+from collections.abc import Iterator
+
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+)
+from prometheus_client.multiprocess import MultiProcessCollector
+
+MULTIPROCESS_DIR = "PROMETHEUS_MULTIPROC_DIR"
+
+
+def multiprocess_dir() -> str | None:
+    """The directory workers share their metrics through, when there is one."""
+    return os.environ.get(MULTIPROCESS_DIR) or None
 
 
 class Metrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
+        # prometheus-client chose file-backed values at import if the variable was set.
+        self.shared_dir = multiprocess_dir()
         self.effects = Counter(
             "effect_broker_effects",
             "Effects by the outcome a request or the reconciler left them in.",
@@ -23,12 +49,14 @@ class Metrics:
             "Effects unknown or awaiting an operator, by route and status.",
             ["route", "status"],
             registry=self.registry,
+            multiprocess_mode="mostrecent",
         )
         self.oldest_unknown = Gauge(
             "effect_broker_oldest_unknown_age_seconds",
             "Age of the oldest effect still unknown or in manual review, by route.",
             ["route"],
             registry=self.registry,
+            multiprocess_mode="mostrecent",
         )
         self.attempts = Counter(
             "effect_broker_attempts",
@@ -87,6 +115,7 @@ class Metrics:
             "Unix time of the reconciler's last completed pass; 0 before the first one "
             "or in a process that runs no reconciler.",
             registry=self.registry,
+            multiprocess_mode="max",
         )
         self.overhead = Histogram(
             "effect_broker_proxy_overhead_seconds",
@@ -95,3 +124,24 @@ class Metrics:
             buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0),
             registry=self.registry,
         )
+
+    def exposition(self) -> bytes:
+        """The Prometheus text of ``/metrics``: this process's, or every worker's."""
+        if self.shared_dir is None:
+            return generate_latest(self.registry)
+        return generate_latest(self._merged())
+
+    def series(self, gauge: Gauge) -> Iterator[dict[str, str]]:
+        """The label sets ``gauge`` has had in this process or (workers) in any."""
+        name = next(iter(gauge.describe())).name
+        source = self._merged().collect() if self.shared_dir else gauge.collect()
+        for family in source:
+            if family.name != name:
+                continue
+            for sample in family.samples:
+                yield dict(sample.labels)
+
+    def _merged(self) -> CollectorRegistry:
+        registry = CollectorRegistry()
+        MultiProcessCollector(registry, path=self.shared_dir)  # type: ignore[no-untyped-call]
+        return registry

@@ -43,8 +43,13 @@ async def start_site(
     edge: EdgeLimits | None = None,
     leaves: LeafContexts | None = None,
     gateway: TenantResolver | None = None,
+    reuse_port: bool = False,
 ) -> tuple[str, int]:
     """Start ``app`` on ``address``; returns the bound address (port 0 picks one).
+
+    With ``reuse_port`` the socket is opened with ``SO_REUSEPORT``: several worker
+    processes listen on the same address and the kernel spreads new connections
+    among them.
 
     With ``connect`` each connection first meets the CONNECT front (proxy port only),
     which also caps open connections and bounds the wait for a first byte. With
@@ -82,7 +87,9 @@ async def start_site(
         )
         quiet_accept_errors(loop)
     host, port = split_address(address)
-    server = await loop.create_server(factory, host, port, reuse_address=True)
+    server = await loop.create_server(
+        factory, host, port, reuse_address=True, reuse_port=reuse_port or None
+    )
     stack.push_async_callback(_close, server)
     bound = server.sockets[0].getsockname()
     return str(bound[0]), int(bound[1])
@@ -141,6 +148,7 @@ async def serve_until_stopped(
     reconcile: bool = True,
     admin_token: SecretStr | None = None,
     edge: EdgeLimits | None = None,
+    reuse_port: bool = False,
 ) -> None:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -155,6 +163,7 @@ async def serve_until_stopped(
             edge=edge,
             leaves=leaf_contexts(state),
             gateway=state.gateway,
+            reuse_port=reuse_port,
         )
         if reconcile:
             await stack.enter_async_context(reconciling(state))
@@ -162,6 +171,7 @@ async def serve_until_stopped(
             stack,
             build_admin_app(admin_state(state), admin_token=admin_token),
             admin_listen,
+            reuse_port=reuse_port,
         )
         state.egress.protect(listen=proxy_address, admin=admin_address)
         if on_ready is not None:

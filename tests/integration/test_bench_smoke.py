@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
-CONFIGS = ("direct", "bare", "new", "replay", "passthrough")
+CONFIGS = ("direct", "bare", "new", "new_w2", "replay", "passthrough")
 
 
 def _positive(value: Any) -> bool:
@@ -42,12 +42,18 @@ def test_bench_runs_every_configuration_and_writes_results(
             "0",
             "--effects",
             "200",
+            "--commit-effects",
+            "20",
+            "--fill",
+            "1000",
+            "--size-effects",
+            "50",
             "--output",
             str(output),
         ],
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=240,
         cwd=ROOT,
         check=False,
     )
@@ -69,7 +75,7 @@ def test_bench_runs_every_configuration_and_writes_results(
         assert all(cpu is None or cpu >= 0 for cpu in (proxy_cpu, database_cpu))
 
     ratios = results["ratios"]
-    for key in ("new_vs_bare", "replay_vs_bare", "passthrough_vs_bare"):
+    for key in ("new_vs_bare", "new_w2_vs_bare", "replay_vs_bare", "passthrough_vs_bare"):
         assert _positive(ratios[key]), (key, ratios[key])
     assert isinstance(ratios["added_p50_ms_c1"], float)
 
@@ -81,11 +87,22 @@ def test_bench_runs_every_configuration_and_writes_results(
     assert _positive(rss["before_kib"]) and _positive(rss["after_kib"])
     assert set(results["goals"]) == {
         "new_vs_bare",
+        "new_w2_vs_bare",
         "replay_vs_bare",
         "passthrough_vs_bare",
         "added_p50_ms_c1",
         "rss_growth_pct",
+        "ledger_size_ratio",
     }
+    scale = results["scale"]
+    assert set(scale["commits"]) == {"1/1", "1/64", "2/1", "2/64"}
+    for row in scale["commits"].values():
+        assert row["effects"] > 0 and row["errors"] == 0
+        assert _positive(row["commits_per_effect"]), row
+    size = scale["ledger_size"]
+    assert size["fill"] == 1000
+    assert size["full"]["ledger_effects"] >= 1000 + size["empty"]["ledger_effects"]
+    assert _positive(size["empty"]["p50_ms"]) and _positive(size["full"]["p50_ms"])
     # The table a person reads names every configuration and every goal.
     assert "effect-broker, new keys" in completed.stdout
     assert "added p50 at c=1" in completed.stdout

@@ -86,13 +86,11 @@ class KitTarget:
 
     def app(self) -> web.Application:
         app = web.Application()
+        # The route's upstream has a base path; the kit's endpoints are at the origin's
+        # root all the same, as every /.well-known/ location is (RFC 8615).
         app.router.add_post("/base/v1/entries", self.attempt)
-        app.router.add_get(
-            WELL_KNOWN_PREFIX.replace("/", "/base/", 1) + "{key}", self.look
-        )
-        app.router.add_put(
-            WELL_KNOWN_PREFIX.replace("/", "/base/", 1) + "{key}/tombstone", self.bury
-        )
+        app.router.add_get(WELL_KNOWN_PREFIX + "{key}", self.look)
+        app.router.add_put(WELL_KNOWN_PREFIX + "{key}/tombstone", self.bury)
         return app
 
     async def attempt(self, request: web.Request) -> web.Response:

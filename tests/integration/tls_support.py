@@ -124,8 +124,9 @@ async def serve_tls(
     site = web.TCPSite(runner, host, 0, ssl_context=context)
     await site.start()
     try:
+        # asyncio.Server or uvloop's Server (not a subclass): both list their sockets.
         server = site._server
-        assert isinstance(server, asyncio.Server)
+        assert server is not None
         yield int(server.sockets[0].getsockname()[1])
     finally:
         await runner.cleanup()

@@ -15,7 +15,7 @@ from typing import Any
 
 from aiohttp import web
 from aiohttp.typedefs import Handler
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST
 from pydantic import BaseModel, SecretStr
 
 from effect_broker.admin.auth import ADMIN_TOKEN, TENANT, configured_token, require_token
@@ -96,9 +96,10 @@ async def refresh_unknown_gauges(state: AdminState) -> None:
     now = datetime.now(UTC)
     metrics = state.metrics
     for gauge in (metrics.unknown, metrics.oldest_unknown):
-        for family in gauge.collect():
-            for sample in family.samples:
-                gauge.labels(**sample.labels).set(0)
+        # Under workers, series another worker set count too: the zero written here
+        # is the most recent value, so the merged gauge reads 0 as well.
+        for labels in list(metrics.series(gauge)):
+            gauge.labels(**labels).set(0)
     oldest: dict[str, float] = {}
     for route, status, count, since in summary:
         metrics.unknown.labels(route, status.value).set(count)
@@ -122,7 +123,7 @@ async def metrics(request: web.Request) -> web.Response:
         log.warning("metrics: unknown-effect gauges not refreshed: %s", exc.message)
         state.metrics.store_unavailable.labels("admin").inc()
     return web.Response(
-        body=generate_latest(state.metrics.registry),
+        body=state.metrics.exposition(),
         headers={"Content-Type": CONTENT_TYPE_LATEST},
     )
 

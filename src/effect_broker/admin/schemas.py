@@ -8,6 +8,7 @@ documentation; keep them written for the operator reading ``/openapi.json``.
 
 from __future__ import annotations
 
+import os
 from datetime import datetime
 from typing import Any, Literal
 from uuid import UUID
@@ -38,6 +39,11 @@ class Health(Answer):
     """``/healthz``: the process answers."""
 
     status: Literal["ok"] = "ok"
+    pid: int = Field(
+        default_factory=os.getpid,
+        description="The process that answered: under `serve --workers N` each worker "
+        "has its own, and the admin port is shared, so this tells them apart.",
+    )
 
 
 class Readiness(Answer):

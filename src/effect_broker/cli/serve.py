@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 import asyncio
-import errno
 import logging
 import os
-import re
 from collections.abc import Callable, Coroutine
-from typing import Any, TypeVar
+from typing import Annotated, Any, TypeVar
 
 import typer
 from rich.console import Console
 
+from effect_broker.cli.addresses import bind_failure, check_addresses
 from effect_broker.cli.local_state import up_database, using, with_up_secrets
 from effect_broker.cli.options import (
     AdminListen,
@@ -25,29 +24,51 @@ from effect_broker.cli.options import (
     Tenant,
     settings_from,
 )
+from effect_broker.cli.workers import parse_workers, supervise
 from effect_broker.config.routes_file import load_routes
 from effect_broker.config.settings import Settings
 from effect_broker.errors import EffectBrokerError
 from effect_broker.failpoints import ARMED
 from effect_broker.proxy.edge import EdgeLimits
 from effect_broker.runtime import open_runtime
-from effect_broker.server import serve_until_stopped, split_address
+from effect_broker.server import serve_until_stopped
 
 console = Console(stderr=True, soft_wrap=True)
 T = TypeVar("T")
 
 
-def run_on_fastest_loop(main: Coroutine[Any, Any, T]) -> T:
-    """Run ``main`` on the event loop ``EFFECT_BROKER_EVENT_LOOP`` names: ``asyncio``
-    (the default) or ``uvloop`` (a dependency on Linux and macOS), which cuts the event
-    loop's share of each request (tasks, futures, socket callbacks). Asking for uvloop
-    where it is not installed falls back to asyncio's loop.
+def _workers_option(value: str | None) -> int | None:
+    if value is None:
+        return None
+    try:
+        return parse_workers(value)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
 
-    uvloop is not the default yet: its transports are not ``asyncio.Transport``
-    instances, and the proxy's connection sniffer (``proxy/connect.py``) asserts that
-    they are; with that check relaxed the default can become uvloop where installed.
+
+Workers = Annotated[
+    int | None,
+    typer.Option(
+        "--workers",
+        envvar="EFFECT_BROKER_WORKERS",
+        parser=_workers_option,
+        metavar="N|auto",
+        help="processes serving the same ports (SO_REUSEPORT); auto: one per core",
+        show_default="1",
+    ),
+]
+
+
+def run_on_fastest_loop(main: Coroutine[Any, Any, T]) -> T:
+    """Run ``main`` on uvloop where it is installed (a dependency on Linux and macOS),
+    else on asyncio's loop. uvloop cuts the event loop's share of each request (tasks,
+    futures, socket callbacks: about a quarter of the proxy's CPU on asyncio's loop).
+
+    ``EFFECT_BROKER_EVENT_LOOP=asyncio`` opts out (to rule the loop out when chasing a
+    bug, or on a platform where uvloop misbehaves); ``uvloop`` or unset means uvloop
+    when it can be imported.
     """
-    if os.environ.get("EFFECT_BROKER_EVENT_LOOP", "").strip().lower() == "uvloop":
+    if event_loop_choice() == "uvloop":
         try:
             import uvloop
         except ImportError:
@@ -58,6 +79,21 @@ def run_on_fastest_loop(main: Coroutine[Any, Any, T]) -> T:
     return asyncio.run(main)
 
 
+EVENT_LOOPS = ("uvloop", "asyncio")
+
+
+def event_loop_choice() -> str:
+    """``EFFECT_BROKER_EVENT_LOOP``: uvloop (the default) or asyncio; anything else is
+    refused, so a typo cannot silently pick a loop nobody asked for."""
+    choice = os.environ.get("EFFECT_BROKER_EVENT_LOOP", "").strip().lower() or "uvloop"
+    if choice not in EVENT_LOOPS:
+        raise EffectBrokerError(
+            f"EFFECT_BROKER_EVENT_LOOP={choice!r} is not one of "
+            f"{', '.join(EVENT_LOOPS)} (unset: uvloop where installed)"
+        )
+    return choice
+
+
 def announce_failpoints() -> None:
     if ARMED:
         console.print(
@@ -66,70 +102,24 @@ def announce_failpoints() -> None:
         )
 
 
-# Which flag and variable set each address, for errors that must say how to change it.
-ADDRESS_SETTINGS = {
-    "listen": ("proxy", "--listen", "EFFECT_BROKER_LISTEN"),
-    "admin_listen": ("admin", "--admin-listen", "EFFECT_BROKER_ADMIN_LISTEN"),
-}
-_BIND_ERRORS = {errno.EADDRINUSE, errno.EADDRNOTAVAIL, errno.EACCES}
-_BOUND_PORT = re.compile(r"address \('[^']*', (\d+)\)")
-
-
-def _check_addresses(settings: Settings) -> None:
-    """Refuse an address that is not host:port before anything starts."""
-    for field, (role, flag, variable) in ADDRESS_SETTINGS.items():
-        address = getattr(settings, field)
-        try:
-            split_address(address)
-        except ValueError:
-            raise EffectBrokerError(
-                f"the {role} address {address!r} is not host:port; "
-                f"set {flag} or {variable}"
-            ) from None
-
-
-def bind_failure(settings: Settings, exc: OSError) -> EffectBrokerError | None:
-    """A listening socket that could not open, as one line that says what to change.
-
-    asyncio names the port in its message; that tells the proxy from the admin port.
-    """
-    if exc.errno not in _BIND_ERRORS:
-        return None
-    found = _BOUND_PORT.search(str(exc))
-    culprits = [
-        field
-        for field in ADDRESS_SETTINGS
-        if found is None or split_address(getattr(settings, field))[1] == int(found[1])
-    ] or list(ADDRESS_SETTINGS)
-    reason = {
-        errno.EADDRINUSE: "is already in use (another effect-broker, or another program)",
-        errno.EADDRNOTAVAIL: "is not an address of this machine",
-        errno.EACCES: "needs privileges this process lacks (a port below 1024?)",
-    }[exc.errno]
-    parts = []
-    for field in culprits:
-        role, flag, variable = ADDRESS_SETTINGS[field]
-        parts.append(
-            f"the {role} address {getattr(settings, field)} {reason}; "
-            f"choose another with {flag} or {variable}"
-        )
-    return EffectBrokerError("; ".join(parts))
-
-
 async def run_proxy(
     settings: Settings,
     *,
     migrate: bool = False,
     banner: str | None = None,
     on_ready: Callable[[str, str], None] | None = None,
+    reuse_port: bool = False,
+    worker: str | None = None,
 ) -> None:
     """Serve until SIGINT/SIGTERM. ``banner`` may use {proxy} and {admin} URLs;
     ``on_ready`` gets both URLs once the ports are open (``up`` records them).
+    ``reuse_port`` and ``worker`` (its name, for the start line) are set in a worker
+    of ``serve --workers N``.
 
     Every failure a person can fix (routes, database, addresses) leaves as an
     ``EffectBrokerError`` whose message is the whole story: callers print one line.
     """
-    _check_addresses(settings)
+    check_addresses(settings)
     config = load_routes(settings.routes)
     async with open_runtime(settings, config, migrate=migrate) as state:
 
@@ -137,6 +127,7 @@ async def run_proxy(
             proxy_url = f"http://{proxy[0]}:{proxy[1]}"
             admin_url = f"http://{admin[0]}:{admin[1]}"
             console.print(
+                f"{worker + ': ' if worker else ''}"
                 f"effect-broker proxy on {proxy_url}, admin on {admin_url}, "
                 f"tenant {settings.tenant!r}, {len(config.routes)} routes from "
                 f"{settings.routes}",
@@ -164,6 +155,7 @@ async def run_proxy(
                 reconcile=settings.reconciler,
                 admin_token=settings.admin_token,
                 edge=EdgeLimits.from_settings(settings),
+                reuse_port=reuse_port,
             )
         except OSError as exc:
             failure = bind_failure(settings, exc)
@@ -181,6 +173,7 @@ def serve(
     gateway: Gateway = None,
     ca_cert: CaCert = None,
     ca_key: CaKey = None,
+    workers: Workers = None,
 ) -> None:
     """Serve the proxy (default 127.0.0.1:8080) and admin API (127.0.0.1:8081)."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
@@ -201,7 +194,16 @@ def serve(
         used.append(settings.data_dir / "postgres")
     if used:
         console.print(using(used), highlight=False)
+    count = workers or 1
     try:
+        if count > 1:
+            # Checked once here rather than N times, once per worker.
+            check_addresses(settings)
+            load_routes(settings.routes)
+            status = supervise(settings, count)
+            if status:
+                raise typer.Exit(status)
+            return
         run_on_fastest_loop(run_proxy(settings))
     except EffectBrokerError as exc:
         console.print(f"[red]error:[/] {exc.message}", highlight=False)

@@ -34,7 +34,7 @@ from effect_broker.engine.probe import ProbeResult, ProbeVerdict, run_probe
 from effect_broker.engine.protocol import CutsShort, TargetProtocol
 from effect_broker.engine.sealed import seal_response
 from effect_broker.engine.slots import NoFreeSlot
-from effect_broker.engine.targets import base_url
+from effect_broker.engine.targets import base_url, well_known_origin
 from effect_broker.engine.upstream import AttemptResult, Delivery, send
 from effect_broker.engine.wiring import Wiring
 from effect_broker.headers import upstream_request_headers
@@ -338,7 +338,7 @@ class Dispatcher:
         )
         kit = Kit(
             self._session,
-            base_url=base_url(route, stored_url),
+            origin=well_known_origin(route, stored_url),
             headers=list(injected.get(route.name, {}).items()),
             timeout=contract.timeout,
             max_body=2 * self._max_receipt_bytes + _KIT_ANSWER_SLACK,

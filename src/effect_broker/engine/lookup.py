@@ -130,11 +130,11 @@ def read_tombstone(status: int, body: bytes, key: str) -> KitAnswer:
 
 @dataclass(frozen=True, slots=True)
 class Kit:
-    """A target kit's endpoints beside a route's upstream, and how to call them: with
+    """A target kit's endpoints at the upstream's origin, and how to call them: with
     the route's injected headers (its shared secret), within the contract's timeout."""
 
     session: aiohttp.ClientSession
-    base_url: str
+    origin: str
     headers: Headers
     timeout: timedelta
     max_body: int
@@ -155,7 +155,7 @@ class Kit:
         attempt = await send(
             self.session,
             method=method,
-            url=self.base_url.rstrip("/") + path,
+            url=self.origin + path,
             headers=self.headers,
             body=b"",
             timeout=self.timeout,

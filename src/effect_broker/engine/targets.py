@@ -32,3 +32,9 @@ def base_url(route: Route, stored_url: str) -> str:
     if route.upstream:
         return route.upstream
     return str(URL(stored_url, encoded=True).origin())
+
+
+def well_known_origin(route: Route, stored_url: str) -> str:
+    """Where a target kit's endpoints live: the origin's root, whatever base path the
+    route's upstream has, as every ``/.well-known/`` location is (RFC 8615)."""
+    return str(URL(base_url(route, stored_url), encoded=True).origin())

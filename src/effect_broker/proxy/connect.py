@@ -22,6 +22,7 @@ import asyncio
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import cast
 
 from effect_broker.errors import (
     EffectBrokerError,
@@ -98,6 +99,33 @@ def parse_authority(head: bytes) -> tuple[str, int] | None:
     return host.strip("[]"), int(port)
 
 
+STREAM_METHODS = (
+    "write",
+    "close",
+    "is_closing",
+    "pause_reading",
+    "resume_reading",
+    "set_protocol",
+    "get_extra_info",
+)
+
+
+def stream_transport(transport: asyncio.BaseTransport) -> asyncio.Transport:
+    """``transport`` as the read-write stream transport it is (asyncio's or uvloop's).
+
+    Checked by the methods the front and the interception call, not by class: a
+    transport without them is a programming error and fails here, at the connection's
+    first callback, rather than deep inside a tunnel.
+    """
+    missing = [name for name in STREAM_METHODS if not hasattr(transport, name)]
+    if missing:
+        raise TypeError(
+            f"{type(transport).__name__} is not a stream transport (lacks "
+            f"{', '.join(missing)})"
+        )
+    return cast(asyncio.Transport, transport)
+
+
 class FrontProtocol(asyncio.Protocol):
     """Sees the first bytes of a connection: CONNECT is ours, the rest is aiohttp's."""
 
@@ -123,8 +151,11 @@ class FrontProtocol(asyncio.Protocol):
         self._drain: asyncio.Task[None] | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self._transport = transport
+        # A stream transport, whatever its class: uvloop's TCPTransport has every
+        # method used here (write, close, is_closing, pause/resume_reading,
+        # set_protocol, get_write_buffer_size) but does not subclass
+        # asyncio.Transport, so an isinstance check would refuse every connection.
+        self._transport = stream_transport(transport)
         gate = self._gate
         if gate is not None and not gate.admit():
             self._gate = None
