@@ -200,6 +200,14 @@ class Target:
 
         await poll(held, timeout=START_TIMEOUT, what="a charge held in its transaction")
 
+    async def wait_for_log(self, text: str, what: str) -> None:
+        """Until the target's log shows ``text`` (how it reports a charge's end)."""
+
+        async def logged() -> bool | None:
+            return True if text in self.process.output() else None
+
+        await poll(logged, timeout=START_TIMEOUT, what=what)
+
     async def release(self) -> None:
         """Let every held charge go on to its receipt and COMMIT."""
         async with (

@@ -118,6 +118,11 @@ async def tombstone_race(cell: Cell) -> Observation:
         await target.wait_until_held()
         await cell.wait_for_event("absence_proven", "the tombstone's proof of absence")
         await target.release()
+        # Counted only once the held attempt has met the tombstone and rolled back:
+        # an uncommitted charge is invisible, so counting earlier would prove nothing.
+        await target.wait_for_log(
+            "lost the attempt key (rolled back)", "the held attempt to lose its key"
+        )
     return await observe(cell, target, [await result])
 
 

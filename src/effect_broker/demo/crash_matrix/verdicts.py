@@ -56,6 +56,8 @@ def applies(mode: str, scenario: str) -> bool:
 
 def cell_count(modes: Sequence[str], scenarios: Sequence[str]) -> int:
     return sum(applies(mode, scenario) for mode in modes for scenario in scenarios)
+
+
 BY = " \u00d7 "  # mode x scenario, as the progress lines print it
 
 
