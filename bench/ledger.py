@@ -99,12 +99,17 @@ async def _admin(dsn: str, statement: str) -> None:
 
 @contextmanager
 def bench_database(
-    server: PostgresInfo, overrides: Mapping[str, str] | None = None
+    server: PostgresInfo,
+    overrides: Mapping[str, str] | None = None,
+    *,
+    migrate: bool = True,
 ) -> Iterator[str]:
     """A fresh, migrated database of the bench's own, dropped when the block ends.
 
     ``overrides`` are per-database settings for experiments (``ALTER DATABASE ... SET``,
     e.g. ``synchronous_commit=off`` to see what commit flushes cost); never the default.
+    ``migrate=False`` leaves it empty: a demo target's own database, which creates its
+    tables itself and must not look like a ledger.
     """
     name = f"eb_bench_{uuid.uuid4().hex[:12]}"
     asyncio.run(_admin(server.dsn, f'CREATE DATABASE "{name}"'))
@@ -119,6 +124,9 @@ def bench_database(
                 )
             )
         dsn = with_database(server.dsn, name)
+        if not migrate:
+            yield dsn
+            return
         subprocess.run(
             [*effect_broker_command(), "migrate", "--database-url", dsn],
             check=True,
@@ -188,11 +196,14 @@ def start_broker(
     log: Path,
     command: Sequence[str] | None = None,
     workers: int = 1,
+    settings: Mapping[str, str] | None = None,
 ) -> Broker:
     """``effect-broker serve`` on ephemeral ports, the reconciler off, pool of 20 (per
     worker); with ``workers`` > 1 ready once every worker has said where it listens.
 
     ``command`` replaces ``effect-broker`` (``serve`` is appended), to compare builds.
+    ``settings`` are more environment variables, set last: the reconciliation bench
+    turns the reconciler on there, so that the throughput runs keep it off.
     """
     env = child_env(
         {
@@ -204,6 +215,7 @@ def start_broker(
             "EFFECT_BROKER_RECONCILER": "false",
             "EFFECT_BROKER_POOL_MAX_SIZE": "20",
             "COLUMNS": "400",  # keep rich from wrapping the banner we parse
+            **(settings or {}),
         }
     )
     server = start_server(
