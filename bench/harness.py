@@ -25,7 +25,7 @@ from typing import Any, Literal
 import aiohttp
 from yarl import URL
 
-from bench import ledger, report, scale
+from bench import ledger, reconcile, report, scale
 from bench.loadgen import (
     BODY,
     Generator,
@@ -71,11 +71,15 @@ CONFIGS = {
         ),
     )
 }
+#: Sections that are not load runs, selected with --configs like the configurations:
+#: ``reconcile`` is reconciliation latency (``bench.reconcile``), on processes of its own.
+SECTIONS = ("reconcile",)
 
 
 @dataclass
 class Options:
     configs: list[str]
+    sections: list[str]
     concurrency: list[int]
     runs: int
     duration: float
@@ -85,6 +89,7 @@ class Options:
     commit_effects: int
     fill: int
     size_effects: int
+    reconcile_effects: int
     generator: str
     database_url: str | None
     pg_overrides: dict[str, str]
@@ -143,8 +148,9 @@ def parse_args(argv: Sequence[str] | None) -> Options:
     )
     parser.add_argument(
         "--configs",
-        default=",".join(CONFIGS),
-        help=f"comma-separated subset of {', '.join(CONFIGS)}",
+        default=",".join([*CONFIGS, *SECTIONS]),
+        help=f"comma-separated subset of {', '.join([*CONFIGS, *SECTIONS])} (without "
+        "any load configuration, only the named sections run)",
     )
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 64])
     parser.add_argument("--runs", type=int, help="runs per pair (default 3, quick 1)")
@@ -179,6 +185,12 @@ def parse_args(argv: Sequence[str] | None) -> Options:
         help="new effects at c=1 timed on that ledger, empty and filled (default 2000, "
         "quick 500)",
     )
+    parser.add_argument(
+        "--reconcile-effects",
+        type=int,
+        help="effects per safety class whose answers are lost, for reconciliation "
+        "latency (default 500, quick 50; 0 skips)",
+    )
     parser.add_argument("--generator", choices=["auto", "wrk", "python"], default="auto")
     parser.add_argument(
         "--database-url",
@@ -210,7 +222,7 @@ def parse_args(argv: Sequence[str] | None) -> Options:
     )
     args = parser.parse_args(argv)
     configs = [name.strip() for name in args.configs.split(",") if name.strip()]
-    unknown = set(configs) - set(CONFIGS)
+    unknown = set(configs) - set(CONFIGS) - set(SECTIONS)
     if unknown:
         parser.error(f"unknown configurations: {', '.join(sorted(unknown))}")
     if any(c < 1 for c in args.concurrency):
@@ -221,7 +233,8 @@ def parse_args(argv: Sequence[str] | None) -> Options:
     quick = args.quick
     effects = args.effects if args.effects is not None else 5000 if quick else 100_000
     return Options(
-        configs=configs,
+        configs=[name for name in configs if name in CONFIGS],
+        sections=[name for name in configs if name in SECTIONS],
         concurrency=sorted(set(args.concurrency)),
         runs=args.runs or (1 if quick else 3),
         duration=args.duration or (2.0 if quick else 4.0),
@@ -231,6 +244,7 @@ def parse_args(argv: Sequence[str] | None) -> Options:
         commit_effects=_given(args.commit_effects, 300 if quick else 2000),
         fill=_given(args.fill, 100_000 if quick else 1_000_000),
         size_effects=_given(args.size_effects, 500 if quick else 2000),
+        reconcile_effects=_given(args.reconcile_effects, 50 if quick else 500),
         generator=args.generator,
         database_url=args.database_url,
         pg_overrides=overrides,
@@ -461,7 +475,6 @@ def run(options: Options) -> dict[str, Any]:
         "python" if options.requests else available_generator(options.generator)
     )
     configs = [CONFIGS[name] for name in options.configs]
-    pairs = [(config, c) for c in options.concurrency for config in configs]
     with ExitStack() as stack:
         workdir = Path(
             stack.enter_context(tempfile.TemporaryDirectory(prefix="eb-bench-"))
@@ -475,37 +488,20 @@ def run(options: Options) -> dict[str, Any]:
             f"{info['python']}, PostgreSQL {info['postgres']} ({postgres.origin}), "
             f"generator {generator}"
         )
-        database_url = stack.enter_context(
-            ledger.bench_database(postgres, options.pg_overrides)
-        )
-        processes = start_stack(stack, workdir, database_url, options)
-        say(
-            f"pids: upstream {processes.upstream.pid}, bare proxy {processes.bare.pid}, "
-            f"effect-broker {processes.broker.server.pid} ({processes.broker.proxy_url})"
-        )
-        check_answers(processes, configs)
-        if any(config.keys == "replay" for config in configs):
-            processes.replay_keys = seed_replay_keys(processes)
-
-        runs: dict[tuple[str, int], list[Run]] = {(cf.name, c): [] for cf, c in pairs}
-        total = len(pairs) * options.runs
-        step = 0
-        for round_no in range(1, options.runs + 1):  # interleaved: drift hits all alike
-            for config, concurrency in pairs:
-                step += 1
-                measured = measure(processes, config, concurrency, options, generator)
-                runs[(config.name, concurrency)].append(measured)
-                say(_progress(step, total, config, concurrency, round_no, measured))
-
-        rss = None
-        if options.effects > 0:
-            say(f"RSS: {options.effects:,} new effects through effect-broker (c=64)")
-            rss = measure_rss(processes, options.effects, generator)
-        scale = measure_scale(processes, postgres, workdir, options)
-        rss_at_end = {
-            "bare proxy": processes.bare.rss_kib(),
-            "effect-broker": processes.broker.server.rss_kib(),
+        measured: dict[str, Any] = {
+            "runs": {},
+            "rss": None,
+            "scale": None,
+            "rss_by_process": {},
         }
+        if configs:
+            with ExitStack() as load:  # its processes stop before the next section
+                measured = measure_load(load, workdir, postgres, options, generator)
+        reconciliation = None
+        if "reconcile" in options.sections and options.reconcile_effects > 0:
+            reconciliation = reconcile.measure(
+                postgres, workdir, options.reconcile_effects, options.broker_command
+            )
         return report.build(
             machine=info,
             settings={
@@ -522,14 +518,61 @@ def run(options: Options) -> dict[str, Any]:
                 "the proxy",
             },
             labels={config.name: config.label for config in configs},
-            runs={
-                pair: [_run_json(run) for run in measured]
-                for pair, measured in runs.items()
-            },
-            rss=rss,
-            scale=scale,
-            rss_by_process={"at_start": processes.rss_at_start, "at_end": rss_at_end},
+            reconcile=reconciliation,
+            **measured,
         )
+
+
+def measure_load(
+    stack: ExitStack,
+    workdir: Path,
+    postgres: ledger.PostgresInfo,
+    options: Options,
+    generator: Generator,
+) -> dict[str, Any]:
+    """The load configurations: start their processes on ``stack``, check their
+    answers, drive every (configuration, concurrency) pair, then RSS and scale."""
+    configs = [CONFIGS[name] for name in options.configs]
+    pairs = [(config, c) for c in options.concurrency for config in configs]
+    database_url = stack.enter_context(
+        ledger.bench_database(postgres, options.pg_overrides)
+    )
+    processes = start_stack(stack, workdir, database_url, options)
+    say(
+        f"pids: upstream {processes.upstream.pid}, bare proxy {processes.bare.pid}, "
+        f"effect-broker {processes.broker.server.pid} ({processes.broker.proxy_url})"
+    )
+    check_answers(processes, configs)
+    if any(config.keys == "replay" for config in configs):
+        processes.replay_keys = seed_replay_keys(processes)
+
+    runs: dict[tuple[str, int], list[Run]] = {(cf.name, c): [] for cf, c in pairs}
+    total = len(pairs) * options.runs
+    step = 0
+    for round_no in range(1, options.runs + 1):  # interleaved: drift hits all alike
+        for config, concurrency in pairs:
+            step += 1
+            measured = measure(processes, config, concurrency, options, generator)
+            runs[(config.name, concurrency)].append(measured)
+            say(_progress(step, total, config, concurrency, round_no, measured))
+
+    rss = None
+    if options.effects > 0:
+        say(f"RSS: {options.effects:,} new effects through effect-broker (c=64)")
+        rss = measure_rss(processes, options.effects, generator)
+    scale = measure_scale(processes, postgres, workdir, options)
+    rss_at_end = {
+        "bare proxy": processes.bare.rss_kib(),
+        "effect-broker": processes.broker.server.rss_kib(),
+    }
+    return {
+        "runs": {
+            pair: [_run_json(run) for run in measured] for pair, measured in runs.items()
+        },
+        "rss": rss,
+        "scale": scale,
+        "rss_by_process": {"at_start": processes.rss_at_start, "at_end": rss_at_end},
+    }
 
 
 def measure_scale(

@@ -11,6 +11,9 @@
     rss       effect-broker VmRSS before/after the effects and growth_pct
     scale     commits {"workers/concurrency": {commits_per_effect, statements_per_effect}}
               and ledger_size {fill, empty, full: {p50_ms, ...}, p50_ratio}
+    reconcile effects (per class), timeout_ms, settlement_bound_ms, lease_grace_ms,
+              reconciler {batch, idle_s}, classes {safety: {lost, settled, lost_again,
+              from_dispatch / from_loss / loss_to_claim: {p50_s, max_s}, bound, ...}}
     goals     {name: {value, target, met}}
 """
 
@@ -121,6 +124,7 @@ def build(
     rss: Mapping[str, Any] | None,
     rss_by_process: Mapping[str, Any],
     scale: Mapping[str, Any] | None = None,
+    reconcile: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     results: dict[str, Any] = {}
     for (config, concurrency), measured in runs.items():
@@ -150,6 +154,7 @@ def build(
         "ratios": ratio,
         "rss": dict(rss) if rss else None,
         "scale": dict(scale) if scale else None,
+        "reconcile": dict(reconcile) if reconcile else None,
         "rss_by_process_kib": dict(rss_by_process),
         "goals": goals,
     }
@@ -162,7 +167,8 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[str]], align: str) -> 
     """A markdown table padded to read well in a terminal too; ``align`` is l/r per
     column."""
     widths = [
-        max(len(headers[i]), *(len(row[i]) for row in rows)) for i in range(len(headers))
+        max([len(headers[i]), *(len(row[i]) for row in rows)])
+        for i in range(len(headers))
     ]
 
     def line(cells: Sequence[str]) -> str:
@@ -295,6 +301,75 @@ def scale_table(report: Mapping[str, Any]) -> str | None:
     return table(headers, rows, "rrrrr")
 
 
+def reconcile_table(report: Mapping[str, Any]) -> str | None:
+    """Per safety class: lost effects, how many settled, and how long it took, from
+    the first dispatch and from the loss; unsafe as the count that stays unknown."""
+    found = report.get("reconcile")
+    if not found:
+        return None
+    rows = []
+    for safety, one in found["classes"].items():
+        if safety == "unsafe":
+            unknown = one["statuses"].get("outcome_unknown", 0)
+            settled = f"stays outcome_unknown (by design): {unknown:,}"
+        else:
+            settled = f"{one['settled']:,}"
+        dispatch, loss = one["from_dispatch"], one["from_loss"]
+        rows.append(
+            [
+                safety,
+                f"{one['lost']:,}",
+                settled,
+                _num(dispatch["p50_s"], ".2f"),
+                _num(dispatch["max_s"], ".2f"),
+                _num(loss["p50_s"], ".2f"),
+                _num(loss["max_s"], ".2f"),
+                one["bound"],
+            ]
+        )
+    headers = [
+        "safety class",
+        "lost",
+        "settled",
+        "p50 s",
+        "max s",
+        "p50 s after loss",
+        "max s after loss",
+        "bounded by",
+    ]
+    return table(headers, rows, "lrrrrrrl")
+
+
+def reconcile_notes(found: Mapping[str, Any]) -> list[str]:
+    reconciler = found["reconciler"]
+    lines = [
+        f"Reconciliation: per safety class, {found['effects']:,} new effects sent at "
+        "once to the demo payment target armed to commit each charge and never answer; "
+        f"the contract timeout ({found['timeout_ms'] / 1000:g} s) marks each "
+        "outcome_unknown (the loss) and effect-broker's built-in reconciler settles it. "
+        "p50/max s: from the effect's first dispatch to the ledger event that settled "
+        "it (effect_events.occurred_at); after loss: from the outcome_unknown event. "
+        f"A reconciler pass claims up to {reconciler['batch']:g} due effects and "
+        f"settles them one after another; with nothing due it idles "
+        f"{reconciler['idle_s']:g} s, which is most of what follows the loss. The lease "
+        f"grace ({found['lease_grace_ms']} ms here) plays no part: it only delays "
+        "effects whose proxy died mid-flight, and this proxy lives.",
+    ]
+    odd = {
+        safety: one
+        for safety, one in found["classes"].items()
+        if one["answered"] or one["lost_again"] or one["lost"] < one["effects"]
+    }
+    for safety, one in odd.items():
+        lines.append(
+            f"Reconciliation, {safety}: {one['answered']:,} answered at once (a resend "
+            f"took their armed hang), {one['lost_again']:,} lost again on a resend, "
+            f"{one['effects'] - one['recorded']:,} never recorded; client answers "
+            f"{one['client_answers']}."
+        )
+    return lines
+
+
 def machine_line(report: Mapping[str, Any]) -> str:
     m = report["machine"]
     s = report["settings"]
@@ -318,14 +393,16 @@ def machine_line(report: Mapping[str, Any]) -> str:
 
 def notes(report: Mapping[str, Any]) -> list[str]:
     m = report["machine"]
-    lines = [
-        "vs bare: req/s divided by the bare proxy's at the same concurrency. Δp50: p50 "
-        "minus the bare proxy's. proxy CPU: the proxy process's user+system CPU time "
-        "per request; db CPU: the same for the PostgreSQL backends serving "
-        "effect-broker (WAL writer and checkpointer not included).",
-    ]
+    lines = []
+    if report["results"]:
+        lines.append(
+            "vs bare: req/s divided by the bare proxy's at the same concurrency. Δp50: "
+            "p50 minus the bare proxy's. proxy CPU: the proxy process's user+system CPU "
+            "time per request; db CPU: the same for the PostgreSQL backends serving "
+            "effect-broker (WAL writer and checkpointer not included)."
+        )
     cores = m["cores"] or 0
-    if cores <= 4:
+    if cores <= 4 and report["results"]:
         lines.append(
             f"Only {cores} cores: the load generator, the upstream, the proxy and "
             "PostgreSQL share them, so absolute req/s are CPU-bound and lower than on a "
@@ -361,6 +438,8 @@ def notes(report: Mapping[str, Any]) -> list[str]:
             f"{size['empty']['p50_ms']:.2f} → {size['full']['p50_ms']:.2f} ms, p99 "
             f"{size['empty']['p99_ms']:.2f} → {size['full']['p99_ms']:.2f} ms."
         )
+    if report.get("reconcile"):
+        lines.extend(reconcile_notes(report["reconcile"]))
     rss = report["rss"]
     if rss:
         lines.append(
@@ -373,14 +452,13 @@ def notes(report: Mapping[str, Any]) -> list[str]:
 
 
 def render(report: Mapping[str, Any]) -> str:
+    load = [results_table(report), "", goals_table(report), ""]
     parts = [
         machine_line(report),
         "",
-        results_table(report),
-        "",
-        goals_table(report),
-        "",
+        *(load if report["results"] else []),  # a run of other sections only
         *([extra, ""] if (extra := scale_table(report)) else []),
+        *([extra, ""] if (extra := reconcile_table(report)) else []),
         *(f"- {line}" for line in notes(report)),
     ]
     return "\n".join(parts)
