@@ -1,5 +1,6 @@
 """The bench harness end to end in its smallest mode: every configuration once, at
-concurrency 1, 200 requests each, against the test PostgreSQL server.
+concurrency 1, 200 requests each, and reconciliation latency with 3 lost effects per
+safety class, against the test PostgreSQL server.
 
 Shape only: the speed goals are benchmarks (``python bench/run.py``), never timed tests.
 """
@@ -48,6 +49,8 @@ def test_bench_runs_every_configuration_and_writes_results(
             "1000",
             "--size-effects",
             "50",
+            "--reconcile-effects",
+            "3",
             "--output",
             str(output),
         ],
@@ -103,6 +106,22 @@ def test_bench_runs_every_configuration_and_writes_results(
     assert size["fill"] == 1000
     assert size["full"]["ledger_effects"] >= 1000 + size["empty"]["ledger_effects"]
     assert _positive(size["empty"]["p50_ms"]) and _positive(size["full"]["p50_ms"])
+    # Reconciliation: every lost effect of a class that can be settled is, with its
+    # latency from the ledger; unsafe ones stay unknown and have none.
+    reconciliation = results["reconcile"]["classes"]
+    classes = ["idempotent", "reconcilable", "transactional", "unsafe"]
+    assert list(reconciliation) == classes
+    for safety, one in reconciliation.items():
+        assert one["recorded"] == 3 and one["lost"] + one["answered"] == 3, (safety, one)
+        if safety == "unsafe":
+            assert one["statuses"] == {"outcome_unknown": 3}, one
+            assert one["settled"] == 0 and one["from_dispatch"]["p50_s"] is None
+        else:
+            assert one["statuses"] == {"succeeded": 3}, (safety, one)
+            assert one["settled"] == one["lost"] >= 1, (safety, one)
+            spread = one["from_dispatch"]
+            assert 0 < spread["p50_s"] <= spread["max_s"], (safety, spread)
+    assert "stays outcome_unknown (by design): 3" in completed.stdout
     # The table a person reads names every configuration and every goal.
     assert "effect-broker, new keys" in completed.stdout
     assert "added p50 at c=1" in completed.stdout
