@@ -9,15 +9,15 @@ and admin calls must not go through the proxy port.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Annotated, Any
 
 import typer
-from rich import box
 from rich.console import Console
+from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
@@ -224,6 +224,28 @@ def _details(details: Mapping[str, Any]) -> str:
     return json.dumps(details, separators=(", ", ": "), ensure_ascii=False)
 
 
+def _print_history(out: Console, events: Sequence[Mapping[str, Any]]) -> None:
+    """One event per line (sequence, time, kind, status change), then who wrote it and
+    its details indented beneath: readable at 80 columns, where a table of seven
+    columns folds every cell into slivers. The date is printed when it changes."""
+    out.print(Text("History (UTC)", style="bold"))
+    day = None
+    for event in events:
+        stamp = _clock(event["occurred_at"])
+        if stamp[:10] != day:
+            day = stamp[:10]
+            out.print(Text(f"  {day}", style="dim"))
+        line = Text(f"{event['seq']:>4}  {stamp[11:]}  ")
+        line.append(f"{event['kind']:<16} ", style="bold")
+        line.append(f"{event['from'] or '-'} -> ")
+        line.append_text(_status(event["to"]))
+        out.print(line, overflow="fold")
+        beneath = Text(f"by {event['actor']}", style="dim")
+        if event["details"]:
+            beneath.append("  " + _details(event["details"]))
+        out.print(Padding(beneath, (0, 0, 0, 6)), overflow="fold")
+
+
 def _print_effect(out: Console, effect: Mapping[str, Any]) -> None:
     grid = Table.grid(padding=(0, 2))
     grid.add_column(style="bold")
@@ -281,30 +303,7 @@ def inspect(
     out.print()
     out.print(Text("Guarantee: ", style="bold") + Text(effect["guarantee"]))
     out.print()
-    history = Table(
-        title="History",
-        title_justify="left",
-        box=box.SIMPLE_HEAD,
-        show_edge=False,
-        pad_edge=False,
-    )
-    history.add_column("SEQ", no_wrap=True, justify="right")
-    history.add_column("WHEN (UTC)", no_wrap=True)
-    history.add_column("KIND", no_wrap=True)
-    for column in ("FROM", "TO", "ACTOR"):
-        history.add_column(column, overflow="fold", min_width=8)
-    history.add_column("DETAILS", overflow="fold", min_width=20)
-    for event in effect["history"]:
-        history.add_row(
-            str(event["seq"]),
-            _clock(event["occurred_at"]),
-            event["kind"],
-            event["from"] or "-",
-            _status(event["to"]),
-            event["actor"],
-            _details(event["details"]),
-        )
-    out.print(history)
+    _print_history(out, effect["history"])
     if effect["chain_intact"]:
         out.print(Text("event chain intact: every digest verifies", style="green"))
     else:
