@@ -81,3 +81,16 @@ async def test_inspect_takes_the_short_id_and_shows_the_whole_one(admin: Admin) 
     assert mail_id in result.stdout
     assert missing.exit_code == 2
     assert "matches no recent effect" in re.sub(r"\s+", " ", missing.output)
+
+
+async def test_inspect_history_fits_eighty_columns_with_its_details(admin: Admin) -> None:
+    [mail_id] = await unknown(admin.broker, UNSAFE, "mail-9")
+
+    result = await cli(admin, "inspect", mail_id, env=PIPE)
+
+    assert result.exit_code == 0, result.output
+    history = result.stdout[result.stdout.index("History") :]
+    assert all(len(line.rstrip()) <= 80 for line in history.splitlines())
+    # Each event on one line, its writer and details beneath (not cut off).
+    assert re.search(r"^\s+2\s+\S+\s+dispatch\s+prepared -> dispatching$", history, re.M)
+    assert re.search(r"^\s+by proxy\S*\s+\{\"attempt\": 1\}\s*$", history, re.M)
