@@ -27,6 +27,7 @@ from effect_broker.cli.doctor_keys import (
 )
 from effect_broker.cli.local_state import up_database, using
 from effect_broker.cli.options import DatabaseUrl, Routes, settings_from
+from effect_broker.cli.words import plural
 from effect_broker.config.routes_config import RoutesConfig
 from effect_broker.config.routes_file import load_routes, resolve_inject_headers
 from effect_broker.config.settings import Settings
@@ -97,7 +98,11 @@ async def diagnose(settings: Settings) -> list[Finding]:
     try:
         config = load_routes(settings.routes)
         findings.append(
-            Finding("routes", True, f"{settings.routes}: {len(config.routes)} routes")
+            Finding(
+                "routes",
+                True,
+                f"{settings.routes}: {plural(len(config.routes), 'route')}",
+            )
         )
         resolve_inject_headers(config, os.environ)
         findings.append(Finding("secrets", True, "every ${env:...} reference is set"))

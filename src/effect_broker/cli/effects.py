@@ -23,6 +23,7 @@ from rich.text import Text
 
 from effect_broker.cli.effects_table import effects_table
 from effect_broker.cli.local_state import DEFAULT_ADMIN_URL, admin_access, using
+from effect_broker.cli.words import plural
 from effect_broker.client.admin import AdminProblem, AdminUnreachable, EffectsClient
 
 # Effects that wait on proof or a person must stand out in every listing.
@@ -102,10 +103,6 @@ def _clock(stamp: str) -> str:
     """A UTC wall-clock time to the millisecond: enough to read a history in order."""
     moment = datetime.fromisoformat(stamp).astimezone(UTC)
     return moment.strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
-
-
-def _plural(count: int, word: str) -> str:
-    return f"{count} {word}" if count == 1 else f"{count} {word}s"
 
 
 MAX_PREFIX_PAGES = 20
@@ -210,7 +207,7 @@ def list_effects(
         out.print(effects_table(effects, out.width, STATUS_STYLES.get))
     unknown = sum(effect["status"] == "outcome_unknown" for effect in effects)
     review = sum(effect["status"] == "manual_review" for effect in effects)
-    summary = f"{_plural(len(effects), 'effect')}, {unknown} unknown"
+    summary = f"{plural(len(effects), 'effect')}, {unknown} unknown"
     if review:
         summary += f", {review} in manual review"
     out.print(Text(summary, style="bold red" if unknown else ""))
@@ -315,7 +312,7 @@ def inspect(
             + _status(folded["status"])
             + Text(
                 f" ({folded['last_kind']} by {folded['last_actor']}, "
-                f"{_plural(folded['attempts'], 'attempt')})"
+                f"{plural(folded['attempts'], 'attempt')})"
             )
         )
 

@@ -10,6 +10,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from effect_broker.cli.words import plural
 from effect_broker.config.contracts import Contract, Route
 from effect_broker.config.durations import format_duration
 from effect_broker.config.routes_config import RoutesConfig
@@ -46,7 +47,7 @@ def validate(
             console.print(mcp_tools_table(route))
     console.print(contracts_table(config))
     count = len(config.routes)
-    console.print(f"{path}: valid ({count} route{'s' if count != 1 else ''})")
+    console.print(f"{path}: valid ({plural(count, 'route')})")
 
 
 @routes_app.command("schema")

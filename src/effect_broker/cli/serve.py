@@ -24,6 +24,7 @@ from effect_broker.cli.options import (
     Tenant,
     settings_from,
 )
+from effect_broker.cli.words import plural
 from effect_broker.cli.workers import parse_workers, supervise
 from effect_broker.config.routes_file import load_routes
 from effect_broker.config.settings import Settings
@@ -129,7 +130,7 @@ async def run_proxy(
             console.print(
                 f"{worker + ': ' if worker else ''}"
                 f"effect-broker proxy on {proxy_url}, admin on {admin_url}, "
-                f"tenant {settings.tenant!r}, {len(config.routes)} routes from "
+                f"tenant {settings.tenant!r}, {plural(len(config.routes), 'route')} from "
                 f"{settings.routes}",
                 highlight=False,
             )
