@@ -20,6 +20,7 @@ import asyncio
 import time
 from collections.abc import Callable
 from typing import Any
+from urllib.parse import urlsplit
 
 import asyncpg
 
@@ -57,18 +58,23 @@ async def _one(dsn: str, query: str, *args: Any) -> Any:
         await conn.close()
 
 
-def _counter(dsn: str, query: str) -> float | None:
+def _counter(dsn: str, query: str, *args: Any) -> float | None:
     try:
-        value = asyncio.run(_one(dsn, query))
+        value = asyncio.run(_one(dsn, query, *args))
     except asyncpg.PostgresError:
         return None
     return None if value is None else float(value)
 
 
 def commits(dsn: str) -> float | None:
+    """Commits in ``dsn``'s database, read from the server's ``postgres`` database: a
+    read from the bench database would itself be a commit there, and the count would
+    never stand still for ``settled``."""
+    name = urlsplit(dsn).path.lstrip("/")
     return _counter(
-        dsn,
-        "SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()",
+        ledger.with_database(dsn, "postgres"),
+        "SELECT xact_commit FROM pg_stat_database WHERE datname = $1",
+        name,
     )
 
 
