@@ -23,6 +23,7 @@ import asyncpg
 from asyncpg.pool import PoolConnectionProxy
 
 from effect_broker.target import schema, statements
+from effect_broker.target.backend import TOMBSTONE_WAIT, PerCallBackend
 from effect_broker.target.outcomes import (
     AttemptInProgress,
     AttemptTaken,
@@ -39,8 +40,6 @@ Connection = asyncpg.Connection | PoolConnectionProxy
 #: Where the endpoints get a connection: ``pool.acquire``, or a callable returning it.
 Acquire = Callable[[], AbstractAsyncContextManager[Connection]]
 Mutation = Callable[[Connection], Awaitable[StoredAnswer]]
-#: How long a tombstone waits for an attempt's uncommitted receipt row by default.
-TOMBSTONE_WAIT = 1.0
 
 
 def _require_transaction(conn: Connection, what: str) -> None:
@@ -160,23 +159,16 @@ async def install(conn: Connection) -> None:
                     raise
 
 
-class AsyncpgBackend:
+class AsyncpgBackend(PerCallBackend[Connection]):
     """The endpoints' access to the table: a connection per call, held only for it."""
 
     def __init__(
         self, acquire: Acquire, *, tombstone_wait: float = TOMBSTONE_WAIT
     ) -> None:
-        self._acquire = acquire
-        self._wait = tombstone_wait
-
-    async def lookup(self, attempt_key: str) -> AttemptReport:
-        async with self._acquire() as conn:
-            return await lookup(conn, attempt_key)
-
-    async def tombstone(self, attempt_key: str) -> TombstoneResult:
-        async with self._acquire() as conn:
-            return await tombstone(conn, attempt_key, wait=self._wait)
-
-    async def check_installed(self) -> None:
-        async with self._acquire() as conn:
-            await check_installed(conn)
+        super().__init__(
+            acquire,
+            lookup=lookup,
+            tombstone=tombstone,
+            check_installed=check_installed,
+            tombstone_wait=tombstone_wait,
+        )

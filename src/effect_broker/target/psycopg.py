@@ -23,6 +23,7 @@ from psycopg.pq import TransactionStatus
 from psycopg.rows import tuple_row
 
 from effect_broker.target import schema, statements
+from effect_broker.target.backend import TOMBSTONE_WAIT, PerCallBackend
 from effect_broker.target.outcomes import (
     AttemptInProgress,
     AttemptTaken,
@@ -40,7 +41,6 @@ Connection = psycopg.AsyncConnection[Any]
 #: ``connecting(url)`` for a connection per call.
 Acquire = Callable[[], AbstractAsyncContextManager[Connection]]
 Mutation = Callable[[Connection], Awaitable[StoredAnswer]]
-TOMBSTONE_WAIT = 1.0
 
 _FIND = statements.pyformat(statements.FIND)
 _RECORD = statements.pyformat(statements.RECORD)
@@ -194,23 +194,16 @@ def connecting(url: str) -> Acquire:
     return acquire
 
 
-class PsycopgBackend:
+class PsycopgBackend(PerCallBackend[Connection]):
     """The endpoints' access to the table: a connection per call, held only for it."""
 
     def __init__(
         self, acquire: Acquire, *, tombstone_wait: float = TOMBSTONE_WAIT
     ) -> None:
-        self._acquire = acquire
-        self._wait = tombstone_wait
-
-    async def lookup(self, attempt_key: str) -> AttemptReport:
-        async with self._acquire() as conn:
-            return await lookup(conn, attempt_key)
-
-    async def tombstone(self, attempt_key: str) -> TombstoneResult:
-        async with self._acquire() as conn:
-            return await tombstone(conn, attempt_key, wait=self._wait)
-
-    async def check_installed(self) -> None:
-        async with self._acquire() as conn:
-            await check_installed(conn)
+        super().__init__(
+            acquire,
+            lookup=lookup,
+            tombstone=tombstone,
+            check_installed=check_installed,
+            tombstone_wait=tombstone_wait,
+        )
