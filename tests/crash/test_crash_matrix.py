@@ -20,9 +20,12 @@ pytestmark = pytest.mark.postgres
 
 @pytest.fixture(scope="module")
 def matrix(server_dsn: str, tmp_path_factory: pytest.TempPathFactory) -> Any:
-    """One full run, shared by every assertion below (it takes well under a minute)."""
+    """One full run, shared by every assertion below (46 cells, four at a time)."""
     return runner.run_matrix(
-        server_dsn, tmp_path_factory.mktemp("crash-matrix"), progress=print
+        server_dsn,
+        tmp_path_factory.mktemp("crash-matrix"),
+        progress=print,
+        parallel=4,  # cells mostly wait on timeouts: four at a time fit two cores
     )
 
 
