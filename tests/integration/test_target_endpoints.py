@@ -18,6 +18,7 @@ import httpx
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
+from psycopg_pool import AsyncConnectionPool
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse
@@ -49,6 +50,13 @@ async def backend(name: str, url: str, stack: AsyncExitStack, wait: float) -> Ba
         pool = await asyncpg.create_pool(url, min_size=1, max_size=4)
         stack.push_async_callback(pool.close)
         return AsyncpgBackend(pool.acquire, tombstone_wait=wait)
+    if (
+        name == "psycopg_pool"
+    ):  # what the README suggests: PsycopgBackend(pool.connection)
+        pg_pool = AsyncConnectionPool(url, min_size=1, max_size=4, open=False)
+        await pg_pool.open()
+        stack.push_async_callback(pg_pool.close)
+        return PsycopgBackend(pg_pool.connection, tombstone_wait=wait)
     return PsycopgBackend(connecting(url), tombstone_wait=wait)
 
 
@@ -84,6 +92,7 @@ async def serve(framework: str, kit: Backend, stack: AsyncExitStack) -> httpx.As
         ("aiohttp", "psycopg"),
         ("asgi", "asyncpg"),
         ("asgi", "psycopg"),
+        ("asgi", "psycopg_pool"),
     ],
     ids=lambda p: "-".join(p),
 )
