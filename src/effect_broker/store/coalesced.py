@@ -16,7 +16,7 @@ nothing goes upstream, and no answer goes back, before the write is durable.
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Generic, TypeVar
 
@@ -76,14 +76,10 @@ class CoalescedWrites:
     ) -> Sequence[Reservation | BaseException]:
         if len(batch) == 1:
             return await _alone(batch[0], self._reserve_one, failpoints.IN_RESERVE_BATCH)
-        columns: list[list[Any]] = [[] for _ in range(16)]
-        for r in batch:
-            for column, value in zip(columns, _reserve_arguments(r), strict=True):
-                column.append(value)
         rows = await self._fetch_batch(
             "reserve_batch",
             batch,
-            columns,
+            _columns(_reserve_arguments(r) for r in batch),
             self._reserve_one,
             failpoints.IN_RESERVE_BATCH,
         )
@@ -112,24 +108,11 @@ class CoalescedWrites:
     ) -> Sequence[Effect | BaseException]:
         if len(batch) == 1:
             return await _alone(batch[0], self._start_one)
-        columns: list[list[Any]] = [[] for _ in range(7)]
-        for r in batch:
-            for column, value in zip(
-                columns,
-                (
-                    r.effect.effect_id,
-                    r.effect.version,
-                    r.owner,
-                    r.lease,
-                    r.key_retention,
-                    r.settlement_bound,
-                    r.effect.status.value,
-                ),
-                strict=True,
-            ):
-                column.append(value)
         rows = await self._fetch_batch(
-            "start_attempt_batch", batch, columns, self._start_one
+            "start_attempt_batch",
+            batch,
+            _columns(_start_arguments(r) for r in batch),
+            self._start_one,
         )
         if not isinstance(rows, list):
             return rows.results
@@ -159,14 +142,7 @@ class CoalescedWrites:
     async def _start_one(self, r: StartRequest) -> Effect:
         async with translated():
             row = await self._pool.fetchrow(
-                self._sql["start_attempt"],
-                r.effect.effect_id,
-                r.effect.version,
-                r.owner,
-                r.lease,
-                r.key_retention,
-                r.settlement_bound,
-                r.effect.status.value,
+                self._sql["start_attempt"], *_start_arguments(r)
             )
         if row is None:
             raise self._stale(r.effect)
@@ -179,14 +155,10 @@ class CoalescedWrites:
     ) -> Sequence[tuple[Effect, Receipt] | BaseException]:
         if len(batch) == 1:
             return await _alone(batch[0], self._receipt_one, failpoints.IN_RECEIPT_BATCH)
-        columns: list[list[Any]] = [[] for _ in range(11)]
-        for r in batch:
-            for column, value in zip(columns, _receipt_arguments(r), strict=True):
-                column.append(value)
         rows = await self._fetch_batch(
             "record_receipt_batch",
             batch,
-            columns,
+            _columns(_receipt_arguments(r) for r in batch),
             self._receipt_one,
             failpoints.IN_RECEIPT_BATCH,
         )
@@ -267,6 +239,25 @@ async def _outcome(one: Callable[[T], Awaitable[R]], item: T) -> R | BaseExcepti
         return await one(item)
     except Exception as exc:
         return exc
+
+
+def _columns(rows: Iterable[Sequence[Any]]) -> list[list[Any]]:
+    """One list per parameter from one argument list per request: the batch statements
+    take each parameter as an array (``unnest``), in the one-row statement's order."""
+    return [list(column) for column in zip(*rows, strict=True)]
+
+
+def _start_arguments(r: StartRequest) -> tuple[Any, ...]:
+    """An attempt start's parameters, in the order both statements take them."""
+    return (
+        r.effect.effect_id,
+        r.effect.version,
+        r.owner,
+        r.lease,
+        r.key_retention,
+        r.settlement_bound,
+        r.effect.status.value,
+    )
 
 
 def _reservation(row: asyncpg.Record, request_hash: str) -> Reservation:
