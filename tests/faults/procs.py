@@ -9,13 +9,11 @@ after a grace), so a failing test never leaves one behind.
 
 from __future__ import annotations
 
-import asyncio
 import os
 import re
-import signal
 import sys
 from collections.abc import Mapping
-from contextlib import AsyncExitStack, suppress
+from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,7 +24,7 @@ import asyncpg
 
 from effect_broker.crypto import MasterKey
 from effect_broker.demo import payment_target
-from effect_broker.demo.crash_matrix.processes import CellError
+from effect_broker.demo.crash_matrix.processes import CellError, Process, spawn
 from effect_broker.demo.crash_matrix.processes import poll as poll
 from effect_broker.embedded import _server_module
 from effect_broker.store.migrations import apply_migrations
@@ -37,8 +35,6 @@ TARGET_MODULE = payment_target.MODULE
 SERVE = "import typer; from effect_broker.cli.serve import serve; typer.run(serve)"
 PROXY_BANNER = re.compile(r"effect-broker proxy on (http://\S+), admin on (http://\S+?),")
 TARGET_BANNER = re.compile(r"payment target listening on (http://\S+)")
-START_TIMEOUT = 30.0
-STOP_GRACE = 5.0
 TENANT = "faults"
 SETTLEMENT_DELAY = 0.2  # the target's lookup lags its commits this much
 
@@ -99,64 +95,9 @@ routes:
 
 
 # A process would not start or stop as the scenario needs: the crash matrix's error, so
-# that its ``poll`` (deadline-bounded, no sleeps as synchronisation) serves here too.
+# that its ``poll`` (deadline-bounded, no sleeps as synchronisation), ``Process`` and
+# ``spawn`` serve here too.
 FaultSetupError = CellError
-
-
-@dataclass
-class Process:
-    """A child process logging to a file; ``stop`` is SIGTERM, then SIGKILL."""
-
-    name: str
-    proc: asyncio.subprocess.Process
-    log: Path
-
-    def output(self) -> str:
-        return self.log.read_text(errors="replace") if self.log.exists() else ""
-
-    async def wait_for_line(self, pattern: re.Pattern[str]) -> re.Match[str]:
-        async def look() -> re.Match[str] | None:
-            if match := pattern.search(self.output()):
-                return match
-            if self.proc.returncode is not None:
-                tail = "\n".join(self.output().splitlines()[-20:])
-                raise FaultSetupError(f"{self.name} exited early:\n{tail}")
-            return None
-
-        return await poll(look, timeout=START_TIMEOUT, what=f"{self.name} to start")
-
-    async def kill(self) -> None:
-        """SIGKILL and reap: a power cut, no cleanup of any kind."""
-        with suppress(ProcessLookupError):
-            self.proc.send_signal(signal.SIGKILL)
-        await self.proc.wait()
-
-    async def stop(self) -> None:
-        if self.proc.returncode is None:
-            with suppress(ProcessLookupError):
-                self.proc.terminate()
-            try:
-                await asyncio.wait_for(self.proc.wait(), STOP_GRACE)
-            except TimeoutError:
-                with suppress(ProcessLookupError):
-                    self.proc.kill()
-        await self.proc.wait()
-
-
-async def spawn(
-    stack: AsyncExitStack, name: str, argv: list[str], log: Path, env: Mapping[str, str]
-) -> Process:
-    with log.open("ab") as sink:
-        proc = await asyncio.create_subprocess_exec(
-            *argv,
-            stdin=asyncio.subprocess.DEVNULL,
-            stdout=sink,
-            stderr=sink,
-            env=dict(env),
-        )
-    process = Process(name, proc, log)
-    stack.push_async_callback(process.stop)
-    return process
 
 
 @dataclass
@@ -179,7 +120,9 @@ async def start_target(stack: AsyncExitStack, directory: Path) -> Target:
     db = directory / "target.sqlite3"
     argv = [sys.executable, "-m", TARGET_MODULE, "--port", "0", "--db", str(db)]
     argv += ["--settlement-delay", str(SETTLEMENT_DELAY), "--key-retention", "86400"]
-    process = await spawn(stack, "target", argv, directory / "target.log", os.environ)
+    process = await spawn(
+        stack, "target", argv, directory / "target.log", dict(os.environ)
+    )
     return Target((await process.wait_for_line(TARGET_BANNER)).group(1), db)
 
 

@@ -11,6 +11,7 @@ whether an unsafe dispatch left, so an unsafe unknown without a charge is allowe
 from __future__ import annotations
 
 import asyncio
+import signal
 import time
 from pathlib import Path
 
@@ -38,7 +39,8 @@ async def test_proxy_sigkill_and_restart_mid_load(
         try:
             await run.wait_answered(OPS // 3, timeout=30)
             await run.target.withhold_answers(WITHHELD)
-            await run.proxy.process.kill()
+            run.proxy.process.signal(signal.SIGKILL)  # a power cut, no cleanup
+            await run.proxy.process.wait_exit(10)
             killed_at = run.agent.answered
             await run.wait_answered(killed_at + DOWN_REPLIES, timeout=20)
             run.proxy = await run.launcher.restart(run.proxy)
