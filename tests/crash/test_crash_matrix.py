@@ -125,19 +125,26 @@ def test_the_races_run_in_transactional_mode_only() -> None:
         ]
 
 
-def test_the_judge_flags_a_race_without_its_proof() -> None:
-    agent = runner.agent.AgentResult(
-        mode=runner.TRANSACTIONAL,
+def answered_201(mode: str, *, replayed: bool, history: tuple[str, ...]) -> Any:
+    """A made-up agent that finally got a 201, for the judge's own tests."""
+    return runner.agent.AgentResult(
+        mode=mode,
         naive=False,
         outcome="answered",
         status=201,
-        replayed=False,
+        replayed=replayed,
         effect_status="succeeded",
         charge_id="ch_1",
         body="{}",
-        attempts=2,
-        history=("504 outcome-unknown", "201"),
+        attempts=len(history),
+        history=history,
         seconds=1.0,
+    )
+
+
+def test_the_judge_flags_a_race_without_its_proof() -> None:
+    agent = answered_201(
+        runner.TRANSACTIONAL, replayed=False, history=("504 outcome-unknown", "201")
     )
     resent = runner.Ledger("succeeded", 2, 9, False, None, "lookup", "proxy@h:1:x")
     commit = runner.Observation(
@@ -154,19 +161,7 @@ def test_the_judge_flags_a_race_without_its_proof() -> None:
 def test_the_judge_flags_a_duplicate_and_a_naive_run_without_one() -> None:
     """The rules themselves, on made-up observations: red where it must be red."""
     ledger = runner.Ledger("succeeded", 2, 6, False, None, "response", "proxy@h:1:x")
-    agent = runner.agent.AgentResult(
-        mode="idempotent",
-        naive=False,
-        outcome="answered",
-        status=201,
-        replayed=True,
-        effect_status="succeeded",
-        charge_id="ch_1",
-        body="{}",
-        attempts=2,
-        history=("reset", "201 replayed"),
-        seconds=1.0,
-    )
+    agent = answered_201("idempotent", replayed=True, history=("reset", "201 replayed"))
     duplicate = runner.Observation(
         "idempotent", "after_upstream_response", 2, ledger, (agent,)
     )
