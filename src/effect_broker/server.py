@@ -13,6 +13,7 @@ from pydantic import SecretStr
 
 from effect_broker.admin.app import build_admin_app
 from effect_broker.admin.state import AdminState
+from effect_broker.heap import freeze_startup_heap
 from effect_broker.proxy.app import build_proxy_app
 from effect_broker.proxy.connect import ConnectPolicy, FrontProtocol
 from effect_broker.proxy.edge import (
@@ -174,6 +175,7 @@ async def serve_until_stopped(
             reuse_port=reuse_port,
         )
         state.egress.protect(listen=proxy_address, admin=admin_address)
+        freeze_startup_heap()
         if on_ready is not None:
             result = on_ready(proxy_address, admin_address)
             if result is not None:

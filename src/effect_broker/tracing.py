@@ -32,7 +32,7 @@ from opentelemetry.sdk.trace.export import (
     ConsoleSpanExporter,
     SpanExporter,
 )
-from opentelemetry.trace import Link, Span, SpanKind
+from opentelemetry.trace import Link, ProxyTracerProvider, Span, SpanKind
 
 TRACE_HEADERS = frozenset({"traceparent", "tracestate"})
 EXPORTERS = ("none", "console", "otlp")
@@ -93,8 +93,28 @@ def incoming_context(headers: Mapping[str, str]) -> Context:
     return propagate.extract(headers)
 
 
+def recording() -> bool:
+    """Whether an SDK tracer provider is installed (by ``configure``, or a test): without
+    one every span is a no-op that still costs a context switch of its own."""
+    return not isinstance(trace.get_tracer_provider(), ProxyTracerProvider)
+
+
+def untraced(headers: Mapping[str, str] | None = None) -> bool:
+    """Nothing would be recorded and there is no trace to continue (none in ``headers``
+    for a request arriving, none current otherwise): the request path then makes no
+    spans at all, which with no provider would only have passed the client's trace
+    along."""
+    if recording():
+        return False
+    if headers is not None:
+        return "traceparent" not in headers
+    return not trace.get_current_span().get_span_context().is_valid
+
+
 def current_context_headers() -> dict[str, str]:
     """``traceparent`` (and ``tracestate``) of the current span; empty without one."""
+    if not trace.get_current_span().get_span_context().is_valid:
+        return {}
     carrier: dict[str, str] = {}
     propagate.inject(carrier)
     return carrier

@@ -13,19 +13,20 @@ from __future__ import annotations
 import asyncio
 import ssl
 import time
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from datetime import timedelta
 from enum import StrEnum
 from pathlib import Path
 
 import aiohttp
-from opentelemetry.trace import SpanKind, StatusCode
+from opentelemetry.trace import INVALID_SPAN, Span, SpanKind, StatusCode
 from yarl import URL
 
 from effect_broker.engine.messages import StoredResponse
 from effect_broker.engine.protocol import AnswerWatch
 from effect_broker.headers import Headers, response_headers
-from effect_broker.tracing import tracer, with_current_context
+from effect_broker.tracing import tracer, untraced, with_current_context
 
 
 class Delivery(StrEnum):
@@ -95,16 +96,21 @@ async def send(
     carries the derived key, which no span may hold. ``watch`` may end the read early
     (``protocol.CutsShort``)."""
     target = URL(url, encoded=True)
-    with tracer.start_as_current_span(
-        method,
-        kind=SpanKind.CLIENT,
-        attributes={
-            "http.request.method": method,
-            "server.address": target.host or "",
-            "server.port": target.port or 0,
-            "url.scheme": target.scheme,
-        },
-    ) as span:
+    span_scope: AbstractContextManager[Span] = (
+        nullcontext(INVALID_SPAN)
+        if untraced()
+        else tracer.start_as_current_span(
+            method,
+            kind=SpanKind.CLIENT,
+            attributes={
+                "http.request.method": method,
+                "server.address": target.host or "",
+                "server.port": target.port or 0,
+                "url.scheme": target.scheme,
+            },
+        )
+    )
+    with span_scope as span:
         result = await _send(
             session,
             method=method,

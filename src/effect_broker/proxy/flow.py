@@ -58,6 +58,7 @@ from effect_broker.tracing import (
     incoming_context,
     key_digest,
     tracer,
+    untraced,
 )
 
 MAX_OPERATION_KEY = 255
@@ -153,6 +154,16 @@ class EffectRequest:
     async def handle(self) -> web.StreamResponse:
         started = time.perf_counter()
         self.upstream_seconds = 0.0
+        try:
+            if untraced(self.request.headers):
+                return await self._handle()
+            return await self._handle_in_span()
+        finally:
+            self.state.metrics.overhead.labels(self.route.name).observe(
+                time.perf_counter() - started - self.upstream_seconds
+            )
+
+    async def _handle_in_span(self) -> web.StreamResponse:
         with tracer.start_as_current_span(
             f"effect {self.route.name}",
             context=incoming_context(self.request.headers),
@@ -163,26 +174,21 @@ class EffectRequest:
                 "effect_broker.safety": self.contract.safety.value,
             },
         ) as span:
-            try:
-                response = await self._handle()
-                span.set_attribute("http.response.status_code", response.status)
-                for header, attribute in (
-                    ("Effect-Id", "effect_broker.effect_id"),
-                    ("Effect-Status", "effect_broker.status"),
-                ):
-                    if header in response.headers:
-                        span.set_attribute(attribute, response.headers[header])
-                return response
-            finally:
-                self.state.metrics.overhead.labels(self.route.name).observe(
-                    time.perf_counter() - started - self.upstream_seconds
-                )
+            response = await self._handle()
+            span.set_attribute("http.response.status_code", response.status)
+            for header, attribute in (
+                ("Effect-Id", "effect_broker.effect_id"),
+                ("Effect-Status", "effect_broker.status"),
+            ):
+                if header in response.headers:
+                    span.set_attribute(attribute, response.headers[header])
+            return response
 
     async def _handle(self) -> web.StreamResponse:
         key = operation_key(self.request, self.route.operation_key_header)
-        trace.get_current_span().set_attribute(
-            "effect_broker.operation_key_digest", key_digest(key)
-        )
+        span = trace.get_current_span()
+        if span.is_recording():
+            span.set_attribute("effect_broker.operation_key_digest", key_digest(key))
         body = await read_body(self.request, self.state.max_request_bytes)
         fingerprint = self._fingerprint(body)
         cached = self.state.receipts.get(self.tenant, key, now=datetime.now(UTC))

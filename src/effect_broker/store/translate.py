@@ -7,48 +7,80 @@ database refused the operation itself).
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager, nullcontext
+from contextlib import AbstractContextManager
+from types import TracebackType
 
 import asyncpg
+from opentelemetry.trace import Span
 
-from effect_broker.errors import ReceiptExists, StoreError, StoreUnavailable
-from effect_broker.tracing import ledger_span
+from effect_broker.errors import (
+    EffectBrokerError,
+    ReceiptExists,
+    StoreError,
+    StoreUnavailable,
+)
+from effect_broker.tracing import ledger_span, untraced
 
 
-@asynccontextmanager
-async def translated(operation: str | None = None) -> AsyncIterator[None]:
-    """Turn driver errors into ours, so nothing above the store knows about asyncpg.
+class translated:
+    """``async with translated(...)``: driver errors become ours, so nothing above the
+    store knows about asyncpg.
 
-    With ``operation`` (the statement's name) the call is also a span of its own.
+    With ``operation`` (the statement's name) the call is also a span of its own, when
+    there is a trace to record it in. A plain class rather than a generator-based
+    context manager: every ledger call on the request path goes through it.
     """
-    with ledger_span(operation) if operation else nullcontext():
-        async with _translated_errors():
-            yield
+
+    __slots__ = ("_span",)
+
+    def __init__(self, operation: str | None = None) -> None:
+        self._span: AbstractContextManager[Span] | None = (
+            None if operation is None or untraced() else ledger_span(operation)
+        )
+
+    async def __aenter__(self) -> None:
+        if self._span is not None:
+            self._span.__enter__()
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        ours = None if exc is None else ours_for(exc)
+        if self._span is not None:
+            failure = ours or exc
+            self._span.__exit__(
+                None if failure is None else type(failure),
+                failure,
+                None if failure is None else failure.__traceback__,
+            )
+        if ours is not None:
+            raise ours from exc
 
 
-@asynccontextmanager
-async def _translated_errors() -> AsyncIterator[None]:
-    try:
-        yield
-    except (
-        OSError,
-        asyncpg.PostgresConnectionError,
-        asyncpg.InterfaceError,
+def ours_for(exc: BaseException) -> EffectBrokerError | None:
+    """The error of ours a driver error stands for; None for anything else, which
+    passes through as it is."""
+    if isinstance(
+        exc,
+        OSError
+        | asyncpg.PostgresConnectionError
+        | asyncpg.InterfaceError
         # A connection left mid-protocol by a server restart ("cannot switch to state
         # 12; another operation is in progress"): the database, not the request, failed.
-        asyncpg.InternalClientError,
-    ) as exc:
-        raise StoreUnavailable(f"the ledger database is unreachable: {exc}") from exc
-    except asyncpg.UniqueViolationError as exc:
+        | asyncpg.InternalClientError,
+    ):
+        return StoreUnavailable(f"the ledger database is unreachable: {exc}")
+    if isinstance(exc, asyncpg.UniqueViolationError):
         if exc.table_name == "effect_receipts":
-            raise ReceiptExists() from exc
-        raise StoreError(
-            f"unique constraint {exc.constraint_name} refused a write"
-        ) from exc
-    except asyncpg.OperatorInterventionError as exc:  # class 57: shutdown, restart
-        raise StoreUnavailable(
+            return ReceiptExists()
+        return StoreError(f"unique constraint {exc.constraint_name} refused a write")
+    if isinstance(exc, asyncpg.OperatorInterventionError):  # class 57: shutdown, restart
+        return StoreUnavailable(
             f"the ledger database is starting or shutting down: {exc}"
-        ) from exc
-    except asyncpg.PostgresError as exc:
-        raise StoreError(f"the ledger refused the operation: {exc}") from exc
+        )
+    if isinstance(exc, asyncpg.PostgresError):
+        return StoreError(f"the ledger refused the operation: {exc}")
+    return None
