@@ -161,13 +161,14 @@ WITH moved AS (
         last_error = NULL,
         updated_at = now()
     WHERE effect_id = $1 AND version = $2 AND status = $3
-    RETURNING effects.*
+    RETURNING effect_id, version, updated_at
 ), receipt AS (
     INSERT INTO effect_receipts (effect_id, status_code, response_ciphertext, source,
                                  external_id, recorded_at)
     SELECT effect_id, $7, $8, $9, $10, updated_at FROM moved
 )
-SELECT moved.*, append_effect_event(
+-- Only what the write changed comes back; the caller holds the rest of the row.
+SELECT moved.version, moved.updated_at, append_effect_event(
     moved.effect_id, moved.version, $5, $3, $4, $6,
     jsonb_build_object('status_code', $7::integer, 'source', $9::text,
                        'external_id', $10::text) || $11::jsonb,
