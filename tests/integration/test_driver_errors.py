@@ -46,13 +46,34 @@ class FailingPool:
             raise self._error
         return await self._pool.fetchrow(query, *args)
 
+    async def fetch(self, query: str, *args: Any) -> Any:
+        if query == self._statement:
+            raise self._error
+        return await self._pool.fetch(query, *args)
+
     def __getattr__(self, name: str) -> Any:
         return getattr(self._pool, name)
 
 
-def fail(broker: Broker, statement: str, error: Exception) -> None:
+class FailingConnections(FailingPool):
+    """The pool the request path's writers keep their connections from: each one it
+    hands out fails that statement the same way."""
+
+    async def acquire(self) -> FailingPool:
+        connection = await self._pool.acquire()
+        return FailingPool(connection, self._statement, self._error)
+
+    async def release(self, connection: FailingPool) -> None:
+        await self._pool.release(connection._pool)
+
+
+async def fail(broker: Broker, statement: str, error: Exception) -> None:
     store: Any = broker.state.store
-    store._pool = FailingPool(store._pool, store._sql[statement], error)
+    query = store._sql[statement]
+    for writer in (store._reserving, store._starting, store._settling):
+        await writer.release()
+        writer._pool = FailingConnections(writer._pool, query, error)
+    store._pool = FailingPool(store._pool, query, error)
 
 
 @pytest.fixture
@@ -69,7 +90,7 @@ def expected_before_sending(error: Exception) -> tuple[int, str]:
 async def test_a_failed_reservation_sends_nothing_and_says_so(
     broker: Broker, database_url: str, error: Exception
 ) -> None:
-    fail(broker, "reserve", error)
+    await fail(broker, "reserve", error)
 
     answer = await post(
         f"{broker.proxy_url}/payments/v1/charges", key="k-1", body=charge("order-1")
@@ -87,7 +108,7 @@ async def test_a_failed_dispatch_start_sends_nothing_and_leaves_it_prepared(
     broker: Broker, database_url: str, error: Exception
 ) -> None:
     """An unsafe effect is reserved and started in two commits: the second one fails."""
-    fail(broker, "start_attempt", error)
+    await fail(broker, "start_attempt", error)
 
     answer = await post(
         f"{broker.proxy_url}/email/v1/charges", key="k-2", body=charge("order-2")
@@ -104,7 +125,7 @@ async def test_a_failed_dispatch_start_sends_nothing_and_leaves_it_prepared(
 async def test_a_failed_receipt_after_sending_is_outcome_unknown_with_the_effect(
     broker: Broker, database_url: str, error: Exception
 ) -> None:
-    fail(broker, "record_receipt", error)
+    await fail(broker, "record_receipt", error)
 
     answer = await post(
         f"{broker.proxy_url}/payments/v1/charges", key="k-3", body=charge("order-3")

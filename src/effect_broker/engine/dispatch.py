@@ -132,7 +132,12 @@ class Dispatcher:
         lease committed), then settle it."""
         failpoints.hit(failpoints.BEFORE_UPSTREAM_SEND)
         protocol = self._protocols.get(effect.route)
-        watch = protocol.watch() if isinstance(protocol, CutsShort) else None
+        # (None first: isinstance against a runtime-checkable Protocol is slow.)
+        watch = (
+            protocol.watch()
+            if protocol is not None and isinstance(protocol, CutsShort)
+            else None
+        )
         try:
             async with self._slots.hold(effect.route):
                 attempt = await send(

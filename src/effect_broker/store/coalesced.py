@@ -32,6 +32,7 @@ from effect_broker.models import (
     ReservationOutcome,
 )
 from effect_broker.store.batch import Batcher
+from effect_broker.store.held import HeldConnection
 from effect_broker.store.rows import effect_of, receipt_of
 from effect_broker.store.translate import translated
 from effect_broker.store.write_requests import (
@@ -57,6 +58,10 @@ class CoalescedWrites:
         raise NotImplementedError
 
     def _start_batchers(self) -> None:
+        # One kept connection per writer: each writes one statement at a time.
+        self._reserving = HeldConnection(self._pool)
+        self._starting = HeldConnection(self._pool)
+        self._settling = HeldConnection(self._pool)
         self._reservations: Batcher[ReserveRequest, Reservation] = Batcher(
             self._write_reservations,
             key=lambda r: (r.tenant_id, r.operation_key),
@@ -69,6 +74,11 @@ class CoalescedWrites:
             self._write_receipts, key=lambda r: r.effect.effect_id, max_size=MAX_BATCH
         )
 
+    async def _release_writers(self) -> None:
+        """Give the writers' kept connections back, so the pool can close."""
+        for held in (self._reserving, self._starting, self._settling):
+            await held.release()
+
     # -- reserve ------------------------------------------------------------------------
 
     async def _write_reservations(
@@ -77,6 +87,7 @@ class CoalescedWrites:
         if len(batch) == 1:
             return await _alone(batch[0], self._reserve_one, failpoints.IN_RESERVE_BATCH)
         rows = await self._fetch_batch(
+            self._reserving,
             "reserve_batch",
             batch,
             _columns(_reserve_arguments(r) for r in batch),
@@ -95,7 +106,7 @@ class CoalescedWrites:
 
     async def _reserve_one(self, r: ReserveRequest) -> Reservation:
         async with translated():
-            row = await self._pool.fetchrow(
+            row = await self._reserving.fetchrow(
                 self._sql["reserve"], *_reserve_arguments(r, preview_as_text=False)
             )
         assert row is not None, "reserve_effect always returns one row"
@@ -109,6 +120,7 @@ class CoalescedWrites:
         if len(batch) == 1:
             return await _alone(batch[0], self._start_one)
         rows = await self._fetch_batch(
+            self._starting,
             "start_attempt_batch",
             batch,
             _columns(_start_arguments(r) for r in batch),
@@ -141,7 +153,7 @@ class CoalescedWrites:
 
     async def _start_one(self, r: StartRequest) -> Effect:
         async with translated():
-            row = await self._pool.fetchrow(
+            row = await self._starting.fetchrow(
                 self._sql["start_attempt"], *_start_arguments(r)
             )
         if row is None:
@@ -156,6 +168,7 @@ class CoalescedWrites:
         if len(batch) == 1:
             return await _alone(batch[0], self._receipt_one, failpoints.IN_RECEIPT_BATCH)
         rows = await self._fetch_batch(
+            self._settling,
             "record_receipt_batch",
             batch,
             _columns(_receipt_arguments(r) for r in batch),
@@ -174,7 +187,7 @@ class CoalescedWrites:
 
     async def _receipt_one(self, r: ReceiptRequest) -> tuple[Effect, Receipt]:
         async with translated():
-            row = await self._pool.fetchrow(
+            row = await self._settling.fetchrow(
                 self._sql["record_receipt"], *_receipt_arguments(r, details_as_text=False)
             )
         if row is None:
@@ -185,6 +198,7 @@ class CoalescedWrites:
 
     async def _fetch_batch(
         self,
+        connection: HeldConnection,
         query: str,
         batch: Sequence[T],
         columns: list[list[Any]],
@@ -200,9 +214,7 @@ class CoalescedWrites:
         """
         try:
             async with translated():
-                rows: list[asyncpg.Record] = await self._pool.fetch(
-                    self._sql[query], *columns
-                )
+                rows = await connection.fetch(self._sql[query], *columns)
         except StoreUnavailable as exc:
             # Nothing was written, or the commit's fate is unknown: each request would
             # have had this error alone.

@@ -83,6 +83,7 @@ class Store(CoalescedWrites, LedgerReads, LedgerKeys):
         return cls(pool)
 
     async def close(self) -> None:
+        await self._release_writers()
         await self._pool.close()
 
     # -- schema ---------------------------------------------------------------------
