@@ -45,7 +45,10 @@ CATALOG = {
         WHERE NOT tgisinternal ORDER BY tgrelid::regclass::text, tgname""",
     "functions": """
         SELECT proname || '(' || pg_get_function_identity_arguments(oid) || ') -> '
-               || pg_get_function_result(oid) || ' md5:' || md5(prosrc)
+               || pg_get_function_result(oid) || ' '
+               || CASE provolatile WHEN 'i' THEN 'immutable' WHEN 's' THEN 'stable'
+                  ELSE 'volatile' END
+               || ' md5:' || md5(prosrc)
         FROM pg_proc WHERE pronamespace = 'public'::regnamespace
         ORDER BY proname""",
 }
@@ -71,6 +74,27 @@ async def test_all_migrations_yield_exactly_the_declared_schema(
     if os.environ.get("EFFECT_BROKER_UPDATE_SCHEMA"):
         DECLARED.write_text(actual)
     assert actual == DECLARED.read_text()
+
+
+async def test_event_digests_are_the_ones_every_earlier_schema_computed(
+    empty_database_url: str,
+) -> None:
+    """The digest function changed how it is planned (0009), never what it computes:
+    a chain written before still verifies."""
+    conn = await asyncpg.connect(empty_database_url)
+    try:
+        await apply_migrations(conn)
+        digest = await conn.fetchval(
+            "SELECT effect_event_digest('\\x'::bytea, "
+            "'00000000-0000-0000-0000-000000000001', 1, 'reserved', NULL, 'prepared', "
+            "'o', '{\"a\": 1}', '2026-01-01 00:00:00+00')"
+        )
+    finally:
+        await conn.close()
+    # Computed by the schema of migrations 0001-0008, before 0009 existed.
+    assert digest.hex() == (
+        "1ddd7a72e8f697736940a3447eceb3116d4ea99d1034b069ddbd38a839916209"
+    )
 
 
 async def test_migrating_twice_is_a_no_op(empty_database_url: str) -> None:
