@@ -425,7 +425,8 @@ def notes(report: Mapping[str, Any]) -> list[str]:
             "commits/effect: pg_stat_database.xact_commit of the bench database over "
             "that many new effects, divided by them (every transaction: effect-broker's "
             "writes and its reads). statements/effect: pg_stat_statements calls, n/a "
-            "when the extension is not loaded (it needs shared_preload_libraries)."
+            "when the extension is not loaded (it needs shared_preload_libraries) and "
+            "created in the postgres database."
         )
     size = (report.get("scale") or {}).get("ledger_size")
     if size:

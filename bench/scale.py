@@ -79,11 +79,14 @@ def commits(dsn: str) -> float | None:
 
 
 def statements(dsn: str) -> float | None:
-    """Statement calls in this database, or None without pg_stat_statements."""
+    """Statement calls in ``dsn``'s database, read like ``commits`` from the server's
+    ``postgres`` database; None unless pg_stat_statements is loaded and created there."""
+    name = urlsplit(dsn).path.lstrip("/")
     return _counter(
-        dsn,
+        ledger.with_database(dsn, "postgres"),
         "SELECT sum(calls) FROM pg_stat_statements s JOIN pg_database d "
-        "ON d.oid = s.dbid WHERE d.datname = current_database()",
+        "ON d.oid = s.dbid WHERE d.datname = $1",
+        name,
     )
 
 
@@ -120,8 +123,8 @@ def per_effect(
     def rate(before: float | None, after: float | None) -> float | None:
         if before is None or after is None or not result.requests:
             return None
-        # The two reads of the counters are transactions of their own.
-        return (after - before - 1) / result.requests
+        # Read from the postgres database, the counters' reads are not counted.
+        return (after - before) / result.requests
 
     return {
         "effects": result.requests,
