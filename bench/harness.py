@@ -71,6 +71,8 @@ CONFIGS = {
         ),
     )
 }
+#: Rounds the ledger-size measurement alternates between its two ledgers.
+SIZE_ROUNDS = 4
 #: Sections that are not load runs, selected with --configs like the configurations:
 #: ``reconcile`` is reconciliation latency (``bench.reconcile``), on processes of its own.
 SECTIONS = ("reconcile",)
@@ -602,36 +604,57 @@ def measure_scale(
                     **measured,
                 }
     if options.fill > 0:
-        with ledger.bench_database(postgres) as dsn:
-            routes = workdir / "routes.yaml"
-            broker = ledger.start_broker(
-                dsn, routes, workdir / "effect-broker-size.log", options.broker_command
-            )
-            try:
-                say(f"write cost: {options.size_effects:,} new effects, empty ledger")
-                before = scale.ledger_rows(dsn)
-                empty = scale.p50_at_c1(
-                    stack.upstream_url, broker.proxy_url, options.size_effects
-                )
-                empty["ledger_effects"] = before
-                say(f"write cost: writing {options.fill:,} settled effects")
-                seconds = scale.fill(dsn, options.fill)
-                say(f"write cost: {options.size_effects:,} new effects, full ledger")
-                before = scale.ledger_rows(dsn)
-                full = scale.p50_at_c1(
-                    stack.upstream_url, broker.proxy_url, options.size_effects
-                )
-                full["ledger_effects"] = before
-            finally:
-                broker.server.stop()
-        found["ledger_size"] = {
-            "fill": options.fill,
-            "fill_seconds": seconds,
-            "empty": empty,
-            "full": full,
-            "p50_ratio": full["p50_ms"] / empty["p50_ms"] if empty["p50_ms"] else None,
-        }
+        found["ledger_size"] = _ledger_size(stack, postgres, workdir, options)
     return found
+
+
+def _ledger_size(
+    stack: Stack, postgres: ledger.PostgresInfo, workdir: Path, options: Options
+) -> dict[str, Any]:
+    """New effects at c=1 on an empty ledger and on one holding ``options.fill``
+    settled effects, each with an effect-broker of its own, taken in alternating
+    rounds so that the machine's drift over the minute this takes hits both alike."""
+    with (
+        ledger.bench_database(postgres) as empty_dsn,
+        ledger.bench_database(postgres) as full_dsn,
+    ):
+        say(f"write cost: writing {options.fill:,} settled effects")
+        seconds = scale.fill(full_dsn, options.fill)
+        ledgers = {"empty": empty_dsn, "full": full_dsn}
+        rows = {name: scale.ledger_rows(dsn) for name, dsn in ledgers.items()}
+        routes = workdir / "routes.yaml"
+        brokers = {
+            name: ledger.start_broker(
+                dsn,
+                routes,
+                workdir / f"effect-broker-{name}-ledger.log",
+                options.broker_command,
+            )
+            for name, dsn in ledgers.items()
+        }
+        try:
+            say(
+                f"write cost: {options.size_effects:,} new effects on each ledger, "
+                f"in {SIZE_ROUNDS} alternating rounds"
+            )
+            measured = scale.p50_at_c1_alternating(
+                stack.upstream_url,
+                {name: broker.proxy_url for name, broker in brokers.items()},
+                options.size_effects,
+                rounds=SIZE_ROUNDS,
+            )
+        finally:
+            for broker in brokers.values():
+                broker.server.stop()
+    empty = {**measured["empty"], "ledger_effects": rows["empty"]}
+    full = {**measured["full"], "ledger_effects": rows["full"]}
+    return {
+        "fill": options.fill,
+        "fill_seconds": seconds,
+        "empty": empty,
+        "full": full,
+        "p50_ratio": full["p50_ms"] / empty["p50_ms"] if empty["p50_ms"] else None,
+    }
 
 
 def _run_json(run: Run) -> dict[str, Any]:

@@ -432,10 +432,12 @@ def notes(report: Mapping[str, Any]) -> list[str]:
     if size:
         lines.append(
             f"Ledger size: {size['empty']['effects']:,} new effects at c=1 on a fresh "
-            f"ledger ({size['empty']['ledger_effects']:,} effects in it), then again "
-            f"with {size['full']['ledger_effects']:,} in it, after "
-            f"{size['fill']:,} settled effects with receipts were written into it with "
-            f"generate_series ({size['fill_seconds']:.0f} s) and analyzed: p50 "
+            f"ledger ({size['empty']['ledger_effects']:,} effects in it) and as many on "
+            f"one with {size['full']['ledger_effects']:,} in it, "
+            f"{size['fill']:,} settled effects with receipts written with "
+            f"generate_series ({size['fill_seconds']:.0f} s) and analyzed; each ledger "
+            "has its own effect-broker, and the two take turns in four rounds (medians "
+            "of the rounds): p50 "
             f"{size['empty']['p50_ms']:.2f} → {size['full']['p50_ms']:.2f} ms, p99 "
             f"{size['empty']['p99_ms']:.2f} → {size['full']['p99_ms']:.2f} ms."
         )

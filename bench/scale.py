@@ -17,6 +17,7 @@ write once the ledger is large.
 from __future__ import annotations
 
 import asyncio
+import statistics
 import time
 from collections.abc import Callable
 from typing import Any
@@ -165,6 +166,26 @@ def p50_at_c1(upstream_url: str, proxy_url: str, count: int) -> dict[str, Any]:
         "errors": result.errors,
         "p50_ms": result.p50_ms,
         "p99_ms": result.p99_ms,
+    }
+
+
+def p50_at_c1_alternating(
+    upstream_url: str, proxies: dict[str, str], count: int, *, rounds: int
+) -> dict[str, dict[str, Any]]:
+    """``p50_at_c1`` for each proxy, ``count`` effects each, taken in ``rounds``
+    alternating slices: each proxy's p50 and p99 are the medians of its slices'."""
+    slices: dict[str, list[dict[str, Any]]] = {name: [] for name in proxies}
+    for _ in range(rounds):
+        for name, proxy_url in proxies.items():
+            slices[name].append(p50_at_c1(upstream_url, proxy_url, count // rounds))
+    return {
+        name: {
+            "effects": sum(s["effects"] for s in measured),
+            "errors": sum(s["errors"] for s in measured),
+            "p50_ms": statistics.median(s["p50_ms"] for s in measured),
+            "p99_ms": statistics.median(s["p99_ms"] for s in measured),
+        }
+        for name, measured in slices.items()
     }
 
 
