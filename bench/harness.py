@@ -651,6 +651,7 @@ def _ledger_size(
     return {
         "fill": options.fill,
         "fill_seconds": seconds,
+        "rounds": SIZE_ROUNDS,
         "empty": empty,
         "full": full,
         "p50_ratio": full["p50_ms"] / empty["p50_ms"] if empty["p50_ms"] else None,

@@ -10,7 +10,7 @@
               same per concurrency under by_concurrency
     rss       effect-broker VmRSS before/after the effects and growth_pct
     scale     commits {"workers/concurrency": {commits_per_effect, statements_per_effect}}
-              and ledger_size {fill, empty, full: {p50_ms, ...}, p50_ratio}
+              and ledger_size {fill, rounds, empty, full: {p50_ms, ...}, p50_ratio}
     reconcile effects (per class), timeout_ms, settlement_bound_ms, lease_grace_ms,
               reconciler {batch, idle_s}, classes {safety: {lost, settled, lost_again,
               from_dispatch / from_loss / loss_to_claim: {p50_s, max_s}, bound, ...}}
@@ -436,8 +436,8 @@ def notes(report: Mapping[str, Any]) -> list[str]:
             f"one with {size['full']['ledger_effects']:,} in it, "
             f"{size['fill']:,} settled effects with receipts written with "
             f"generate_series ({size['fill_seconds']:.0f} s) and analyzed; each ledger "
-            "has its own effect-broker, and the two take turns in four rounds (medians "
-            "of the rounds): p50 "
+            f"has its own effect-broker, and the two take turns in {size['rounds']} "
+            "rounds (medians of the rounds): p50 "
             f"{size['empty']['p50_ms']:.2f} → {size['full']['p50_ms']:.2f} ms, p99 "
             f"{size['empty']['p99_ms']:.2f} → {size['full']['p99_ms']:.2f} ms."
         )

@@ -2,9 +2,10 @@
 
 ``pool.fetch`` acquires a connection and gives it back for every statement, and asyncpg
 makes that cost: the release runs in a task of its own (``asyncio.shield``) and re-arms an
-inactivity timer. The bench measured about 50 µs of CPU per statement for it, on top of
-the statement's own ~45 µs; an idle proxy paid it twice per new effect. A writer that runs
-one statement at a time (each ``Batcher`` lane) may as well keep its connection.
+inactivity timer. Timed alone, that was about 40 µs of CPU and 45 µs of latency per
+statement on top of the statement's own; an idle proxy paid it twice per new effect.
+A writer that runs one statement at a time (each ``Batcher`` lane) may as well keep its
+connection.
 
 It gives the connection back to the pool after any failure, so the pool decides what a
 broken or interrupted connection is worth (it terminates one that is closed, rolls back
