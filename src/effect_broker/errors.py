@@ -172,6 +172,16 @@ class UpstreamBusy(EffectBrokerError):
     retry_helps = True
 
 
+class SendWithheld(EffectBrokerError):
+    """The attempt was committed, but the proxy was held up before its first byte for so
+    long that its lease could have run out: it sent nothing rather than risk a second
+    sender. Retrying with the same Operation-Key is safe."""
+
+    problem_type = "send-withheld"
+    status = 503
+    retry_helps = True
+
+
 class ProxyAuthenticationRequired(EffectBrokerError):
     """This gateway needs Proxy-Authorization with a tenant API key."""
 

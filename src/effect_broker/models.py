@@ -119,9 +119,11 @@ class Reservation:
 
     On ``replay`` the caller decides by ``effect.status`` whether to return the
     receipt, join an in-flight dispatch (409) or resume. On ``conflict`` the stored row
-    is untouched.
+    is untouched. ``observed_at`` is the database's time of the reservation: what the
+    caller's decisions about leases and deadlines are measured against.
     """
 
     outcome: ReservationOutcome
     effect: Effect
     receipt: Receipt | None
+    observed_at: datetime

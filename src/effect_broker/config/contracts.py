@@ -87,6 +87,8 @@ class Contract:
     idempotency_argument: str | None = None
     # How long a settled effect stays in the ledger; pruned after (store.prune_settled).
     ledger_retention: timedelta = DEFAULT_LEDGER_RETENTION
+    # How long the lease outlasts the send window (engine.fence); None: the proxy's.
+    lease_grace: timedelta | None = None
 
     @property
     def downstream_header(self) -> str | None:

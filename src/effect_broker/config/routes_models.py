@@ -109,6 +109,13 @@ class ContractBase(Section):
     retry_limit: int = Field(
         DEFAULT_RETRY_LIMIT, ge=0, description="Attempts the reconciler may add."
     )
+    lease_grace: Optional[Duration] = Field(
+        None,
+        description="How long an attempt's lease outlasts its last moment to start "
+        "sending (default: proxy's EFFECT_BROKER_LEASE_GRACE, 5s). A proxy held up "
+        "past that moment sends nothing; longer survives longer pauses between the "
+        "check and the write, at the price of a later takeover of a dead sender.",
+    )
     ledger_retention: Optional[Duration] = Field(
         None,
         description="How long a settled effect stays in the ledger before it is pruned "

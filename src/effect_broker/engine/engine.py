@@ -19,7 +19,7 @@ import logging
 import uuid
 from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from effect_broker import failpoints
@@ -27,6 +27,7 @@ from effect_broker.canonical import downstream_key
 from effect_broker.config.contracts import Contract, Route
 from effect_broker.engine import resolution
 from effect_broker.engine.dispatch import Dispatcher, outgoing_request, wire_key
+from effect_broker.engine.fence import SendWindow
 from effect_broker.engine.messages import StoredRequest
 from effect_broker.engine.policy import Verdict, decide
 from effect_broker.engine.resolution import ResolutionRequest
@@ -101,6 +102,7 @@ class Engine:
         route, contract = intent.route, intent.route.contract
         effect_id = uuid.uuid4()
         sealed = seal_request(self._keyring, intent.tenant, effect_id, intent.request)
+        window = self._dispatcher.window_for(contract)  # before the lease is asked for
         failpoints.hit(failpoints.BEFORE_RESERVE_COMMIT)
         reservation = await self._store.reserve(
             tenant_id=intent.tenant,
@@ -132,13 +134,25 @@ class Engine:
                 response = open_receipt(self._keyring, receipt, effect)
                 return Replayed(effect, response, receipt.source)
             return await self._fenced(
-                self._advance(effect, route, intent.request), effect
+                self._advance(
+                    effect, route, intent.request, seen_at=reservation.observed_at
+                ),
+                effect,
             )
         if effect.status is EffectStatus.DISPATCHING:
             # Reserved and started in one commit: ours to send now.
-            return await self._fenced(self._send(effect, route, intent.request), effect)
+            return await self._fenced(
+                self._send(effect, route, intent.request, window), effect
+            )
         return await self._fenced(
-            self._advance(effect, route, intent.request, owned=True), effect
+            self._advance(
+                effect,
+                route,
+                intent.request,
+                owned=True,
+                seen_at=reservation.observed_at,
+            ),
+            effect,
         )
 
     # -- the reconciler -----------------------------------------------------------------
@@ -217,11 +231,21 @@ class Engine:
         request: StoredRequest | None,
         *,
         owned: bool = False,
+        seen_at: datetime | None = None,
     ) -> Outcome:
+        """Carry out the policy until there is something to answer.
+
+        Every decision is made on the database's clock, never this process's: the
+        latest time the ledger stamped on what was read or written (``seen_at`` for a
+        read that changed nothing, else the row's ``updated_at``). Leases and deadlines
+        are the database's times too, so two proxies with skewed clocks still agree on
+        when a lease has run out.
+        """
         contract = route.contract
         upstream_seconds = 0.0
         while True:
-            decision = decide(effect, contract, datetime.now(UTC), owned=owned)
+            now = max(seen_at or effect.updated_at, effect.updated_at)
+            decision = decide(effect, contract, now, owned=owned)
             verdict, reason = decision.verdict, decision.reason
             if verdict is Verdict.REPLAY:
                 receipt = await self._store.receipt(effect.tenant_id, effect.effect_id)
@@ -287,16 +311,27 @@ class Engine:
                     INCONCLUSIVE_RETRY,
                 )
             else:
+                after_unknown = effect.status is EffectStatus.OUTCOME_UNKNOWN
+                window = self._dispatcher.window_for(contract)  # before the lease
                 effect = await self._dispatcher.start(effect, contract)
-                outcome = await self._send(effect, route, request)
+                outcome = await self._send(
+                    effect, route, request, window, after_unknown=after_unknown
+                )
             return dataclasses.replace(
                 outcome, upstream_seconds=outcome.upstream_seconds + upstream_seconds
             )
 
     async def _send(
-        self, effect: Effect, route: Route, request: StoredRequest | None
+        self,
+        effect: Effect,
+        route: Route,
+        request: StoredRequest | None,
+        window: SendWindow,
+        *,
+        after_unknown: bool = False,
     ) -> Outcome:
-        """Send an effect this engine holds in DISPATCHING (attempt and lease committed).
+        """Send an effect this engine holds in DISPATCHING (attempt and lease committed;
+        ``window`` taken before the lease was asked for).
 
         From here on bytes may reach the target: if the ledger cannot record the answer,
         the outcome is unknown, never "nothing was sent".
@@ -310,7 +345,7 @@ class Engine:
         )
         try:
             dispatched = await self._dispatcher.send_started(
-                effect, route.contract, outgoing
+                effect, route.contract, outgoing, window, after_unknown=after_unknown
             )
         except (StoreUnavailable, StoreError) as exc:
             log.warning("effect %s: sent, answer not recorded: %s", effect.effect_id, exc)
@@ -329,6 +364,7 @@ class Engine:
                 FENCED_RETRY,
                 saturated=attempt.saturated,
                 tls=attempt.tls,
+                withheld=attempt.withheld,
                 upstream_seconds=elapsed,
             )
         if settled.status is EffectStatus.OUTCOME_UNKNOWN:

@@ -28,7 +28,7 @@ from aiohttp.abc import AbstractResolver, ResolveResult
 
 from effect_broker.config.egress import EgressPolicy, default_rules
 from effect_broker.config.hosts import Host, canonical_host, host_of_address
-from effect_broker.engine.upstream import upstream_tls
+from effect_broker.engine.upstream import one_try, upstream_tls
 from effect_broker.errors import EgressRefused
 
 #: Hosts as written that passed the policy, remembered up to this many (then forgotten).
@@ -104,18 +104,26 @@ class EgressGuard:
         self, *, limit: int, tls: ssl.SSLContext | None = None
     ) -> aiohttp.ClientSession:
         """The pass-through client: every name goes through ``CheckingResolver``, and
-        certificates are verified like the effects' (``tls``, else the system store)."""
-        return aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(
-                limit=limit,
-                resolver=CheckingResolver(self),
-                use_dns_cache=False,
-                ssl=tls or upstream_tls(),
-            ),
-            auto_decompress=False,
-            cookie_jar=aiohttp.DummyCookieJar(),
-            trust_env=False,
-            skip_auto_headers=("User-Agent", "Accept-Encoding", "Accept", "Content-Type"),
+        certificates are verified like the effects' (``tls``, else the system store),
+        and a request is tried once (what the client sees is what the target said)."""
+        return one_try(
+            aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(
+                    limit=limit,
+                    resolver=CheckingResolver(self),
+                    use_dns_cache=False,
+                    ssl=tls or upstream_tls(),
+                ),
+                auto_decompress=False,
+                cookie_jar=aiohttp.DummyCookieJar(),
+                trust_env=False,
+                skip_auto_headers=(
+                    "User-Agent",
+                    "Accept-Encoding",
+                    "Accept",
+                    "Content-Type",
+                ),
+            )
         )
 
 

@@ -43,6 +43,7 @@ from effect_broker.errors import (
     OutcomeUnknown,
     PayloadMismatch,
     ResolvedByOperator,
+    SendWithheld,
     UpstreamBusy,
     UpstreamTLS,
     UpstreamUnreachable,
@@ -243,6 +244,14 @@ class EffectRequest:
                     UpstreamBusy(
                         f"{detail}; nothing was sent, so retrying with the same "
                         "Operation-Key is safe"
+                    ),
+                    effect,
+                    retry_after=retry_after,
+                )
+            case NotSent(detail=detail, retry_after=retry_after, withheld=True):
+                return _problem(
+                    SendWithheld(
+                        f"{detail}; retrying with the same Operation-Key is safe"
                     ),
                     effect,
                     retry_after=retry_after,

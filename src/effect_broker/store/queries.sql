@@ -5,7 +5,7 @@
 
 -- reserve --
 -- Insert the effect (started at once when $14) or return the existing one and its receipt.
-SELECT created, (effect).*, receipt
+SELECT created, (effect).*, receipt, now() AS observed_at
 FROM reserve_effect(
     $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11::jsonb, $12, $13, $14, $15, $16
 );
@@ -39,7 +39,7 @@ FROM moved;
 
 -- reserve_batch --
 -- Many reservations in one statement and one commit; one row back per request ($n[ord]).
-SELECT ord, created, (effect).*, receipt
+SELECT ord, created, (effect).*, receipt, now() AS observed_at
 FROM reserve_effects(
     $1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[],
     $8::text[], $9::text[], $10::bytea[], $11::text[], $12::text[], $13::interval[],
