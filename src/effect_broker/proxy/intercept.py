@@ -8,7 +8,9 @@ decrypted connection is then served by aiohttp like any other, by a request hand
 that rewrites each request's target to ``https://<tunnel authority><path>``: from there
 on it is an ordinary absolute-form request, so routing, the ledger, replay and
 pass-through all run exactly as in forward mode, and upstream is always the tunnel's
-authority, whatever ``Host`` the client wrote inside the tunnel.
+authority, whatever ``Host`` the client wrote inside the tunnel. An absolute-form target
+is accepted only on the tunnel's own origin; one naming any other is answered 421
+``misdirected-request`` and goes nowhere (it would leave unrecorded otherwise).
 
 In gateway mode the CONNECT itself must carry ``Proxy-Authorization``: the tenant it
 names owns every effect inside the tunnel (the requests inside carry no proxy
@@ -31,6 +33,7 @@ from aiohttp.http_parser import RawRequestMessage
 from cryptography.hazmat.primitives import serialization
 from yarl import URL
 
+from effect_broker.config.hosts import canonical_host, split_authority
 from effect_broker.errors import (
     EffectBrokerError,
     MalformedRequest,
@@ -120,6 +123,36 @@ class Tunnel:
     authority: str  # host:port from the CONNECT line, IPv6 in brackets
     tenant: str | None  # the gateway tenant named on the CONNECT; None for a sidecar
 
+    @property
+    def origin(self) -> str:
+        return f"https://{self.authority}"
+
+    def owns(self, target: str) -> bool:
+        """Whether an absolute-form ``target`` names this tunnel's own origin: https,
+        the CONNECT host in any spelling, and its port (443 when none is written)."""
+        scheme, sep, rest = target.partition("://")
+        if not sep or scheme.lower() != "https":
+            return False
+        try:
+            host, port = split_authority(_authority_of(rest).rpartition("@")[2])
+            tunnel_host, tunnel_port = split_authority(self.authority)
+        except ValueError:
+            return False
+        same_host = canonical_host(host) == canonical_host(tunnel_host)
+        return same_host and (port or 443) == (tunnel_port or 443)
+
+
+def _authority_of(rest: str) -> str:
+    """The authority of an absolute-form target after its ``scheme://``."""
+    ends = [rest.find(mark) for mark in "/?#" if mark in rest]
+    return rest[: min(ends)] if ends else rest
+
+
+def _path_of(rest: str) -> str:
+    """The path and query of an absolute-form target after its ``scheme://``."""
+    path = rest[len(_authority_of(rest)) :].partition("#")[0]
+    return path if path.startswith("/") else "/" + path
+
 
 class TunnelRequestHandler(EdgeRequestHandler):
     """aiohttp's handler for the decrypted side of an intercepted tunnel.
@@ -141,11 +174,14 @@ class TunnelRequestHandler(EdgeRequestHandler):
 
     def _in_tunnel(self, message: RawRequestMessage) -> RawRequestMessage:
         path = message.path
-        if not path.startswith("/"):
-            # Absolute form inside a tunnel names a host the tunnel does not go to;
-            # ``tunnel_of`` callers refuse a request left in this form.
+        if path.startswith("/"):
+            target = f"{self.tunnel.origin}{path}"
+        elif self.tunnel.owns(path):
+            target = f"{self.tunnel.origin}{_path_of(path.partition('://')[2])}"
+        else:
+            # A target naming another origin (or none: ``*``) is left as written;
+            # ``is_forward`` refuses it before anything is routed, sent or recorded.
             return message
-        target = f"https://{self.tunnel.authority}{path}"
         return message._replace(path=target, url=URL(target, encoded=True))
 
 
