@@ -488,3 +488,45 @@ async def test_absolute_form_naming_the_tunnels_own_origin_is_recorded(
         assert [(r["operation_key"], r["status"]) for r in rows] == [
             ("abs-1", "succeeded")
         ]
+
+
+def unchecked_client(world: TlsWorld) -> ssl.SSLContext:
+    """A client that trusts the proxy's CA but does not match names itself, so what
+    the proxy would sign for a name shows in the certificate it presents."""
+    context = world.client_context()
+    context.check_hostname = False
+    return context
+
+
+@pytest.mark.parametrize("sni", ["localhost", "elsewhere.test", "*.test", "*.api.test"])
+async def test_a_leaf_is_signed_only_for_the_connect_host(
+    database_url: str, tmp_path: Path, sni: str
+) -> None:
+    async with setup(database_url, tmp_path) as s:
+        _, writer, head = await connect_raw(s.proxy, "api.test:443")
+        assert head.startswith(b"HTTP/1.1 200"), head
+        try:
+            with pytest.raises((ssl.SSLError, ConnectionError)):
+                await writer.start_tls(unchecked_client(s.world), server_hostname=sni)
+                cert = writer.get_extra_info("ssl_object").getpeercert()
+                pytest.fail(f"the proxy signed {cert['subjectAltName']} for SNI {sni}")
+        finally:
+            writer.close()
+
+
+async def test_the_connect_host_in_another_spelling_gets_its_leaf(
+    database_url: str, tmp_path: Path
+) -> None:
+    async with setup(database_url, tmp_path) as s:
+        tunnel = await open_tunnel(
+            s.proxy,
+            "api.test:443",
+            unchecked_client(s.world),
+            server_hostname="API.Test.",
+        )
+        try:
+            cert = tunnel.peer.getpeercert()
+            assert cert is not None
+            assert cert["subjectAltName"] == (("DNS", "api.test"),)
+        finally:
+            await tunnel.close()

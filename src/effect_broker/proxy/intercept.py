@@ -2,8 +2,9 @@
 
 With a CA configured, ``CONNECT api.stripe.com:443`` to a guarded host is answered
 ``200 Connection Established`` and the proxy, not the origin, completes the client's TLS
-handshake: its leaf certificate for the SNI name (or the CONNECT host when the client
-sends none) is minted on demand, signed by the local CA and cached per host. The
+handshake: its leaf certificate for the CONNECT host, and only that host, is minted on
+demand, signed by the local CA and cached per host. A client whose SNI names another
+host (or a wildcard) gets no certificate: the handshake is refused. The
 decrypted connection is then served by aiohttp like any other, by a request handler
 that rewrites each request's target to ``https://<tunnel authority><path>``: from there
 on it is an ordinary absolute-form request, so routing, the ledger, replay and
@@ -24,6 +25,7 @@ import datetime
 import logging
 import ssl
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -98,22 +100,38 @@ class LeafContexts:
                 )
             )
             context.load_cert_chain(chain, key)
-        context.sni_callback = self._select
+        context.sni_callback = _only(host)
         self._contexts.pop(label, None)
         while len(self._contexts) >= MAX_CACHED_LEAVES:
             del self._contexts[next(iter(self._contexts))]  # the oldest minted
         self._contexts[label] = (context, certificate.not_valid_after_utc)
         return context
 
-    def _select(
-        self, connection: ssl.SSLObject, server_name: str | None, _: ssl.SSLContext
-    ) -> None:
-        """SNI: answer with a leaf for the name the client asked for."""
-        if server_name is None:
-            return  # keep the CONNECT host's leaf
-        host = host_name(server_name)
-        if host is not None:
-            connection.context = self.for_host(host)
+
+def _only(
+    host: str | IPAddress,
+) -> Callable[[ssl.SSLObject, str | None, Any], int | None]:
+    """The SNI check of a leaf's context: the client may name the CONNECT host (in any
+    spelling ``host_name`` folds) or send no name; any other name ends the handshake.
+
+    Answering another name with a leaf for it would let a client inside a tunnel to a
+    watched host get the proxy's CA to vouch for any host at all, and the requests in
+    the tunnel go to the CONNECT host whatever name the handshake used.
+    """
+
+    def check(_: ssl.SSLObject, server_name: str | None, __: Any) -> int | None:
+        if server_name is None or host_name(server_name) == host:
+            return None
+        quiet.warning(
+            "sni",
+            "TLS handshake in a tunnel to %s named %r: refused, a leaf is only "
+            "signed for the host the CONNECT named",
+            host,
+            server_name[:100],
+        )
+        return ssl.ALERT_DESCRIPTION_UNRECOGNIZED_NAME
+
+    return check
 
 
 @dataclass(frozen=True, slots=True)
