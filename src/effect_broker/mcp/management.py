@@ -99,8 +99,11 @@ class BearerGate:
         self._token = token.encode()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":  # lifespan: the app's own start and stop
+        if scope["type"] == "lifespan":  # the app's own start and stop
             await self.app(scope, receive, send)
+            return
+        if scope["type"] != "http":  # a websocket: not part of MCP, and not checked
+            await send({"type": "websocket.close", "code": 1008})
             return
         refusal = self._refusal(scope)
         if refusal is None:
