@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from effect_broker.runtime import ledger_authorities
 from effect_broker.store.dsn import conninfo_pairs, ledger_endpoints
 
 
@@ -70,3 +71,11 @@ def test_conninfo_pairs_keeps_the_location_keywords_only() -> None:
 
 def test_a_url_without_slashes_is_still_a_url() -> None:
     assert ledger_endpoints("postgresql:/x?host=127.0.0.1&port=5") == [("127.0.0.1", 5)]
+
+
+async def test_a_ledger_name_is_refused_by_the_addresses_it_resolves_to() -> None:
+    found = await ledger_authorities("postgresql://u@localhost:5999/x")
+
+    assert found[0] == "localhost:5999"
+    assert "127.0.0.1:5999" in found
+    assert await ledger_authorities("postgresql:///x?host=/run/pg") == []
