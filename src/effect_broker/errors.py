@@ -135,6 +135,13 @@ class EgressRefused(EffectBrokerError):
     status = 403
 
 
+class MisdirectedRequest(EffectBrokerError):
+    """This connection does not go to the origin the request names."""
+
+    problem_type = "misdirected-request"
+    status = 421
+
+
 class RouteNotFound(EffectBrokerError):
     """No route matches this request."""
 

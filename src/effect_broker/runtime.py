@@ -7,12 +7,14 @@ that is not set. Each is a clear error before the first request, never a surpris
 
 from __future__ import annotations
 
+import asyncio
 import os
+import socket
 import ssl
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 
-from effect_broker.config.egress import EgressPolicy, default_rules, dsn_authorities
+from effect_broker.config.egress import EgressPolicy, default_rules
 from effect_broker.config.routes_config import RoutesConfig
 from effect_broker.config.routes_file import resolve_inject_headers
 from effect_broker.config.settings import Settings
@@ -32,6 +34,7 @@ from effect_broker.proxy.receipt_cache import ReceiptCache
 from effect_broker.proxy.state import ProxyState
 from effect_broker.proxy.tls_ca import CertificateAuthority, CertificateAuthorityError
 from effect_broker.store import Store
+from effect_broker.store.dsn import ledger_endpoints
 from effect_broker.tenancy import TenantResolver
 from effect_broker.tracing import configure as configure_tracing
 
@@ -76,7 +79,8 @@ async def open_runtime(
         # Effects and pass-through get separate clients: a slow pass-through target
         # cannot hold the connections effects need. Effects are bounded per route by
         # their slots, so their client has no pool limit of its own.
-        egress = EgressGuard(egress_policy(settings, config))
+        ledger = await ledger_authorities(settings.database_url)
+        egress = EgressGuard(egress_policy(settings, config, ledger=ledger))
         async with (
             client_session(limit=0, tls=tls) as effect_session,
             egress.session(limit=settings.passthrough_connections, tls=tls) as session,
@@ -124,19 +128,43 @@ async def open_runtime(
         await store.close()
 
 
-def egress_policy(settings: Settings, config: RoutesConfig) -> EgressPolicy:
+def egress_policy(
+    settings: Settings, config: RoutesConfig, *, ledger: list[str]
+) -> EgressPolicy:
     """routes.yaml's deny and allow lists over the refusals this process needs: its own
-    configured ports (bound ports are added once known), its ledger, and its mode."""
+    configured ports (bound ports are added once known), its ledger (``ledger``, as
+    ``ledger_authorities`` finds it), and its mode."""
     return EgressPolicy.from_lists(
         config.proxy.deny,
         config.proxy.allow,
         default_rules(
             listen=[settings.listen],
             admin=[settings.admin_listen],
-            ledger=dsn_authorities(settings.database_url),
+            ledger=ledger,
             gateway=settings.gateway,
         ),
     )
+
+
+async def ledger_authorities(dsn: str | None) -> list[str]:
+    """host:port of every TCP endpoint of the ledger, and of each address a name among
+    them resolves to now: a tunnel to another name for the same server (or to its IP)
+    is refused too. A name that does not resolve keeps only its own rule."""
+    found: list[str] = []
+    loop = asyncio.get_running_loop()
+    for host, port in ledger_endpoints(dsn):
+        found.append(authority(host, port))
+        try:
+            answers = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        except (OSError, UnicodeError):
+            continue
+        found += [authority(str(answer[4][0]), port) for answer in answers]
+    return list(dict.fromkeys(found))
+
+
+def authority(host: str, port: int) -> str:
+    """``host:port``, an IPv6 literal in brackets."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 def load_ca(settings: Settings) -> CertificateAuthority | None:
