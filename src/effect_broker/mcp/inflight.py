@@ -53,7 +53,7 @@ class InFlightCalls:
 
     def begin(self, scope: CallScope, request_id: RequestId) -> bytes | None:
         """Note a call as running; the returned token is given back to ``end``."""
-        key = _key(scope, request_id)
+        key = call_key(scope, request_id)
         if key in self._calls or len(self._calls) < self._limit:
             self._calls[key] += 1
             return key
@@ -69,7 +69,7 @@ class InFlightCalls:
             del self._calls[token]
 
     def running(self, scope: CallScope, request_id: RequestId) -> bool:
-        return self._untracked > 0 or _key(scope, request_id) in self._calls
+        return self._untracked > 0 or call_key(scope, request_id) in self._calls
 
     def __len__(self) -> int:
         return sum(self._calls.values()) + self._untracked
@@ -87,7 +87,21 @@ def cancelled_call(message: Message) -> RequestId | None:
     return request_id
 
 
-def _key(scope: CallScope, request_id: RequestId) -> bytes:
-    """A digest that keeps ``1`` and ``"1"`` apart, as JSON-RPC does."""
-    document = [scope.tenant, scope.route, scope.session, request_id]
+def correlated_id(request_id: RequestId) -> RequestId:
+    """The id as the MCP SDKs correlate it: a string that Python's ``int`` reads as an
+    integer (``"2"``, ``" 2"``, ``"+2"``) is that integer. JSON-RPC itself keeps ``2``
+    and ``"2"`` apart, but a server built on the official SDK takes a cancellation
+    naming ``"2"`` for its running call ``2``; so must the proxy, or it forwards a
+    cancellation that stops a recorded call halfway."""
+    if isinstance(request_id, str):
+        try:
+            return int(request_id)
+        except ValueError:  # not an integer (or longer than Python reads): a string
+            return request_id
+    return request_id
+
+
+def call_key(scope: CallScope, request_id: RequestId) -> bytes:
+    """A fixed-size digest of a call's scope and its id as the SDKs correlate it."""
+    document = [scope.tenant, scope.route, scope.session, correlated_id(request_id)]
     return hashlib.sha256(json.dumps(document).encode()).digest()
