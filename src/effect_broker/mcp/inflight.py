@@ -17,7 +17,7 @@ import json
 from collections import Counter
 from dataclasses import dataclass
 
-from effect_broker.mcp.jsonrpc import Message, RequestId
+from effect_broker.mcp.jsonrpc import Message, RequestId, correlated_id
 
 CANCELLED = "notifications/cancelled"
 # Far more recorded calls than a proxy runs at once; past it, see ``InFlightCalls``.
@@ -84,20 +84,6 @@ def cancelled_call(message: Message) -> RequestId | None:
     request_id = params.get("requestId") if isinstance(params, dict) else None
     if isinstance(request_id, bool) or not isinstance(request_id, str | int):
         return None
-    return request_id
-
-
-def correlated_id(request_id: RequestId) -> RequestId:
-    """The id as the MCP SDKs correlate it: a string that Python's ``int`` reads as an
-    integer (``"2"``, ``" 2"``, ``"+2"``) is that integer. JSON-RPC itself keeps ``2``
-    and ``"2"`` apart, but a server built on the official SDK takes a cancellation
-    naming ``"2"`` for its running call ``2``; so must the proxy, or it forwards a
-    cancellation that stops a recorded call halfway."""
-    if isinstance(request_id, str):
-        try:
-            return int(request_id)
-        except ValueError:  # not an integer (or longer than Python reads): a string
-            return request_id
     return request_id
 
 
