@@ -7,7 +7,9 @@ although nothing had gone wrong. The product's rule is that a client going away 
 not cancel the upstream call, so the proxy answers such a notification itself when it
 names a call it is recording. To tell those from cancellations of read-only or
 pass-through calls (which may be cancelled), it needs to know which calls are in
-flight, by session and id: that is this table. No I/O.
+flight, by session and id: that is this table, for the calls of this process. The
+ledger keeps the same keys (``call_key``) for every worker, since a cancellation may
+reach another worker than the call did. No I/O.
 """
 
 from __future__ import annotations
