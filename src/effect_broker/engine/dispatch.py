@@ -156,7 +156,7 @@ class Dispatcher:
         protocol = self._protocols.get(effect.route)
         # (None first: isinstance against a runtime-checkable Protocol is slow.)
         watch = (
-            protocol.watch()
+            protocol.watch(request)
             if protocol is not None and isinstance(protocol, CutsShort)
             else None
         )

@@ -320,7 +320,8 @@ async def _read_up_to(
     response: aiohttp.ClientResponse, limit: int, watch: AnswerWatch | None = None
 ) -> tuple[bytes, str | None]:
     """Read until EOF, ``limit`` bytes, or ``watch`` gives a reason (returned with the
-    bytes); a body that ends early raises ClientPayloadError."""
+    bytes; the empty ``protocol.COMPLETE`` too); a body that ends early raises
+    ClientPayloadError."""
     payload = bytearray()
     content_type = response.headers.get("Content-Type")
     while len(payload) < limit:
@@ -328,7 +329,7 @@ async def _read_up_to(
         if not chunk:
             break
         payload += chunk
-        if watch is not None and (reason := watch(content_type, chunk)):
+        if watch is not None and (reason := watch(content_type, chunk)) is not None:
             return bytes(payload), reason
     return bytes(payload), None
 

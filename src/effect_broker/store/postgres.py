@@ -34,6 +34,7 @@ from effect_broker.store.keys import LedgerKeys
 from effect_broker.store.migrations import Migration, apply_migrations, pending_migrations
 from effect_broker.store.reads import LedgerReads
 from effect_broker.store.rows import effect_of
+from effect_broker.store.running_calls import RunningCalls
 from effect_broker.store.translate import translated
 from effect_broker.store.write_requests import (
     AttemptTerms,
@@ -57,7 +58,7 @@ async def _init_connection(conn: asyncpg.Connection) -> None:
     )
 
 
-class Store(CoalescedWrites, LedgerReads, LedgerKeys):
+class Store(CoalescedWrites, LedgerReads, LedgerKeys, RunningCalls):
     """The ledger. Every state change is a compare-and-swap on ``Effect.version``.
 
     A write whose expected version is stale changes nothing and raises ``StaleVersion``:

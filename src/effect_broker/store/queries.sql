@@ -408,3 +408,27 @@ UPDATE idempotency_root SET ciphertext = $2 WHERE id = 1 AND ciphertext = $1;
 -- retire_master_keys --
 -- Forget master keys neither kept ($1) nor named by a stored payload ($2).
 DELETE FROM master_keys WHERE key_id <> ALL($1::text[]) AND key_id <> ALL($2::text[]);
+
+-- begin_mcp_call --
+-- Note a recorded MCP call as running until $3 from now; prune a few rows past theirs.
+WITH pruned AS (
+    DELETE FROM mcp_running_calls
+    WHERE running_id IN (
+        SELECT running_id FROM mcp_running_calls
+        WHERE expires_at < now()
+        LIMIT 100
+        FOR UPDATE SKIP LOCKED
+    )
+)
+INSERT INTO mcp_running_calls (running_id, call_key, expires_at)
+VALUES ($1, $2, now() + $3::interval);
+
+-- end_mcp_call --
+-- The call settled (or its task ended): it no longer withholds cancellations.
+DELETE FROM mcp_running_calls WHERE running_id = $1;
+
+-- mcp_call_running --
+-- Whether any worker runs a recorded MCP call under this key (rows past expiry: no).
+SELECT EXISTS (
+    SELECT 1 FROM mcp_running_calls WHERE call_key = $1 AND expires_at > now()
+);
