@@ -12,6 +12,7 @@ from effect_broker.config.routes_config import RoutesConfig
 from effect_broker.crypto import Keyring
 from effect_broker.engine.protocol import TargetProtocol
 from effect_broker.engine.slots import UpstreamSlots
+from effect_broker.engine.waiters import Waiters
 from effect_broker.metrics import Metrics
 from effect_broker.store import Store
 
@@ -30,6 +31,7 @@ class Wiring:
     lease_grace: timedelta
     slots: UpstreamSlots  # concurrent requests per route, and how long to queue
     reconciler_slots: UpstreamSlots  # the reconciler's own budget, apart from clients
+    waiters: Waiters  # duplicates waiting for effects in flight, process-wide
     # route name -> how its target's answers are judged and its key placed (MCP);
     # routes not named here are plain HTTP.
     protocols: Mapping[str, TargetProtocol] = field(default_factory=dict)

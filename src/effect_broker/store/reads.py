@@ -62,6 +62,20 @@ class LedgerReads:
             raise EffectNotFound()
         return effect_of(row)
 
+    async def effect_versions(
+        self, keys: list[tuple[str, UUID]]
+    ) -> tuple[datetime, dict[UUID, int]]:
+        """The current version of each (tenant, effect) given, and the database's time
+        of the read: what waiting duplicates poll for."""
+        tenants = [tenant for tenant, _ in keys]
+        ids = [effect_id for _, effect_id in keys]
+        async with translated():
+            rows = await self._pool.fetch(self._sql["effect_versions"], tenants, ids)
+            if not rows:
+                now: datetime = await self._pool.fetchval(self._sql["clock"])
+                return now, {}
+        return rows[0]["observed_at"], {row["effect_id"]: row["version"] for row in rows}
+
     async def get_by_key(self, tenant_id: str, operation_key: str) -> Effect | None:
         async with translated():
             row = await self._pool.fetchrow(
