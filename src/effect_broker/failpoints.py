@@ -61,6 +61,15 @@ class Arming:
     probability: float = 1.0
     hits: int = field(default=0, compare=False)
 
+    def describe(self, name: str) -> str:
+        """The entry as it would be written: ``name:stop:every=5``."""
+        words = [name, self.action]
+        if self.every > 1:
+            words.append(f"every={self.every}")
+        if self.probability < 1.0:
+            words.append(f"p={self.probability:g}")
+        return ":".join(words)
+
     def fires(self, rng: random.Random) -> bool:
         """Count this hit; whether it is one that acts."""
         self.hits += 1

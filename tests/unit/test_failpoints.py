@@ -105,3 +105,13 @@ def test_stop_freezes_the_process_until_sigcont() -> None:
     assert out.split() == ["passed"] * 3  # the first hit passed, the second froze it
     assert "failpoint before_upstream_send hit, stopping (SIGSTOP)" in err
     assert "failpoint before_upstream_send: resumed" in err
+
+
+def test_an_arming_reads_back_as_its_entry() -> None:
+    armed = failpoints.parse("before_upstream_send:stop:every=3,after_reserve")
+    assert [plan.describe(name) for name, plan in sorted(armed.items())] == [
+        "after_reserve:exit",
+        "before_upstream_send:stop:every=3",
+    ]
+    probable = failpoints.parse("before_upstream_send:stop:p=0.25")
+    assert probable["before_upstream_send"].describe("x") == "x:stop:p=0.25"
