@@ -11,13 +11,16 @@ nothing and sends, and then the first one sends too.
 
 from __future__ import annotations
 
+import re
 import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
+from effect_broker.cli.demo import demo_app
 from effect_broker.demo import explorer
 
 pytestmark = pytest.mark.postgres
@@ -103,3 +106,20 @@ def test_the_zombie_sender_is_found(server_dsn: str, tmp_path: Path) -> None:
     if not any("froze itself before a send" in line for line in only.applied):
         pytest.fail("the armed proxy never froze itself: nothing was explored")
     assert only.verdict.violations == []
+
+
+def test_the_command_prints_a_line_a_round(server_dsn: str, tmp_path: Path) -> None:
+    argv = ["explore", "--seed", "77", "--rounds", "1", "--ops", "20", "--within-lease"]
+    argv += ["--database-url", server_dsn, "--workdir", str(tmp_path)]
+    result = CliRunner().invoke(demo_app, argv)
+    assert result.exit_code == 0, result.output
+    assert "pg-restart" not in result.output.splitlines()[0]  # never a given server
+    assert re.search(r"^seed 77: 20 ops, \d+ faults \(.*\), ok in", result.output, re.M)
+    assert "1 rounds, 20 operations" in result.output
+    assert "no violation" in result.output
+
+
+def test_the_command_refuses_an_unknown_fault_kind() -> None:
+    result = CliRunner().invoke(demo_app, ["explore", "--fault", "meteor"])
+    assert result.exit_code == 2
+    assert "'meteor' is not one of" in result.output

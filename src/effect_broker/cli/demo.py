@@ -171,7 +171,8 @@ def explore_command(
     logs = workdir or scratch / "rounds"
     console.print(
         f"seed {first}, {proxies} proxies, {agents} agents, {ops} ops a round, "
-        f"faults: {', '.join(kinds)}",
+        f"faults: {', '.join(kinds)} (each round's schedule follows from its seed; "
+        "the operating system's timing does not)",
         highlight=False,
         soft_wrap=True,
     )

@@ -182,3 +182,6 @@ class FaultPlayer:
         for slot in self.cluster.slots:
             if SEND_PAUSE in slot.frozen_by:
                 self.cluster.thaw(slot, SEND_PAUSE)
+            elif self.cluster.froze_itself(slot):  # stopped since the last look
+                self.cluster.hold(slot, SEND_PAUSE)
+                self.cluster.thaw(slot, SEND_PAUSE)

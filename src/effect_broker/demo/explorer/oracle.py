@@ -102,11 +102,14 @@ class Verdict:
 
     def summary(self) -> str:
         s = self.stats
-        return (
+        text = (
             f"ops {s['ops']}, requests {s['requests']}, 2xx {s['2xx']}, "
             f"executions {s['executions']}, duplicates {s['duplicates']}, "
             f"unsafe unknown {s['unsafe unknown']}"
         )
+        if s["unsettled"]:  # a liveness note, not a broken promise
+            text += f", still moving after the settle deadline {s['unsettled']}"
+        return text
 
 
 def judge(
