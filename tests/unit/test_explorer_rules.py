@@ -9,6 +9,7 @@ import pytest
 
 from effect_broker.demo import explorer
 from effect_broker.demo.explorer import Answer, Execution, LedgerRow, judge
+from effect_broker.demo.explorer.relay import through, upstream_of
 
 
 def plan(seed: int, kinds: tuple[str, ...] = explorer.FAULT_KINDS) -> explorer.Schedule:
@@ -167,3 +168,16 @@ def test_retry_rules_follow_real_agents() -> None:
     assert answer("k", 409, problem="outcome-unknown").next_pause(1.0, 0.1) is None
     assert answer("k", 201).next_pause(1.0, 0.1) is None
     assert answer("k", 422).next_pause(1.0, 0.1) is None
+
+
+def test_the_relay_reaches_a_tcp_server_or_a_socket_directory() -> None:
+    tcp = upstream_of("postgresql://postgres@127.0.0.1:5433/ledger")
+    assert (tcp.host, tcp.port, tcp.socket) == ("127.0.0.1", 5433, None)
+    unix = upstream_of("postgresql://postgres:@/postgres?host=/run/pg")
+    assert unix.socket == "/run/pg/.s.PGSQL.5432"
+    assert through("postgresql://postgres:@/ledger?host=/run/pg", 6000) == (
+        "postgresql://postgres@127.0.0.1:6000/ledger"
+    )
+    assert through("postgresql://u:pw@db:5432/x?sslmode=disable", 7) == (
+        "postgresql://u:pw@127.0.0.1:7/x?sslmode=disable"
+    )
