@@ -18,6 +18,7 @@ from pathlib import Path
 
 import asyncpg
 
+from effect_broker import failpoints
 from effect_broker.demo.crash_matrix.matrix import Matrix
 from effect_broker.demo.crash_matrix.processes import CellError, poll
 from effect_broker.demo.crash_matrix.verdicts import TRANSACTIONAL
@@ -227,7 +228,7 @@ async def _explore(
     directly, not through the relay: the oracle reads around the faults)."""
     send_pause = schedule.send_pause
     armed = [
-        f"before_upstream_send:stop:every={send_pause.count}"
+        f"{failpoints.BEFORE_UPSTREAM_SEND}:{failpoints.STOP}:every={send_pause.count}"
         if send_pause is not None and send_pause.proxy == index
         else None
         for index in range(schedule.proxies)
@@ -241,7 +242,8 @@ async def _explore(
     try:
         await player.play(asking)
         await asking
-        assert all(not slot.dead for slot in cluster.slots)
+        if any(slot.dead for slot in cluster.slots):
+            raise CellError("a killed proxy was not restarted before the ledger settled")
         return await settled_ledger(ledger_dsn)
     finally:
         asking.cancel()
