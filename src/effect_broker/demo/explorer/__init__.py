@@ -3,7 +3,8 @@
 The crash matrix breaks one thing at a time at points chosen by hand; the explorer
 draws its faults from a seed and lets them overlap. A round starts a fresh ledger
 database and the demo payment target, two or more ``effect-broker serve`` processes on
-that one ledger (each reaching PostgreSQL through a relay that can make replies late),
+that one ledger (each reaching PostgreSQL through a relay of its own that can make
+replies late),
 and many agents that send charges with operation keys and retry like real agents (same
 key after a timeout, a 5xx or a 409). While they work, the seed's faults happen:
 
@@ -14,8 +15,9 @@ key after a timeout, a 5xx or a 409). While they work, the seed's faults happen:
   ``EFFECT_BROKER_FAILPOINTS=before_upstream_send:stop:every=N``, so every Nth request
   it sends freezes it exactly between the attempt's commit and the send; the explorer
   holds it frozen past the lease, then lets it go on;
-* ``ledger-delay`` / ``ledger-stall`` / ``ledger-long-stall`` / ``ledger-drop``: the
-  relay makes every ledger reply late, holds replies back, or cuts every connection;
+* ``ledger-delay`` / ``ledger-stall`` / ``ledger-long-stall`` / ``ledger-drop``: one
+  proxy's relay (or every proxy's) makes ledger replies late, holds them back, or cuts
+  every connection;
 * ``pg-restart``: PostgreSQL is stopped and started again (only a server the run
   started itself, never one given by ``--database-url``);
 * ``target-withhold`` / ``target-fail``: the target commits and never answers, or

@@ -1,4 +1,5 @@
-"""One round's processes: the payment target, the relay, and K proxies on one ledger.
+"""One round's processes: the payment target and K proxies on one ledger, each proxy
+reaching it through a relay of its own (so a ledger fault can cut off one proxy or all).
 
 Built from the crash matrix's pieces (``spawn``, ``Process``, ``Proxy``, ``Target``,
 its routes file and its ``serve`` boot line). A proxy slot keeps its ports for the whole
@@ -38,6 +39,7 @@ from effect_broker.demo.crash_matrix.processes import (
     Target,
     spawn,
 )
+from effect_broker.demo.explorer.relay import LedgerRelay, through, upstream_of
 
 TENANT = "explorer"
 #: lease = queue timeout + the routes' 1 s timeout + grace = 1.8 s: short, so a pause
@@ -65,6 +67,7 @@ class Slot:
 
     index: int
     proxy: Proxy
+    relay: LedgerRelay
     armed: str | None = None
     frozen_by: set[str] = field(default_factory=set)
     dead: bool = False
@@ -78,7 +81,7 @@ class Slot:
 class Cluster:
     stack: AsyncExitStack
     directory: Path
-    ledger_url: str  # through the relay
+    ledger_dsn: str  # direct; each proxy gets it through its own relay
     master_key: str
     kit_secret: str
     target: Target | None = None
@@ -105,16 +108,17 @@ class Cluster:
 
     async def start_proxy(
         self,
+        ledger_url: str,
         *,
         armed: str | None = None,
         listen: str = "127.0.0.1:0",
         admin: str = "127.0.0.1:0",
     ) -> Proxy:
-        """``effect-broker serve`` on the round's ledger (through the relay)."""
+        """``effect-broker serve`` on the round's ledger, at ``ledger_url``."""
         self.started += 1
         env = {k: v for k, v in os.environ.items() if not k.startswith("EFFECT_BROKER_")}
         env.update(
-            EFFECT_BROKER_DATABASE_URL=self.ledger_url,
+            EFFECT_BROKER_DATABASE_URL=ledger_url,
             EFFECT_BROKER_MASTER_KEY=self.master_key,
             EFFECT_BROKER_ROUTES=str(self.directory / "routes.yaml"),
             EFFECT_BROKER_LISTEN=listen,
@@ -140,7 +144,12 @@ class Cluster:
         return Proxy(match.group(1), match.group(2), process)
 
     async def add_slot(self, armed: str | None = None) -> Slot:
-        slot = Slot(len(self.slots), await self.start_proxy(armed=armed), armed)
+        """A new proxy behind a new relay, kept for the whole round."""
+        relay = LedgerRelay(upstream_of(self.ledger_dsn))
+        port = await relay.start()
+        self.stack.push_async_callback(relay.close)
+        proxy = await self.start_proxy(through(self.ledger_dsn, port), armed=armed)
+        slot = Slot(len(self.slots), proxy, relay, armed)
         self.slots.append(slot)
         return slot
 
@@ -162,6 +171,7 @@ class Cluster:
         while True:
             try:
                 slot.proxy = await self.start_proxy(
+                    through(self.ledger_dsn, slot.relay.port),
                     armed=slot.armed,
                     listen=urlsplit(old.url).netloc,
                     admin=urlsplit(old.admin_url).netloc,

@@ -38,7 +38,6 @@ WATCH_EVERY = 0.02  # seconds between looks for a proxy that froze itself
 @dataclass
 class FaultPlayer:
     cluster: Cluster
-    relay: LedgerRelay
     postgres: OwnedPostgres | None
     schedule: Schedule
     started: float  # monotonic: the round's time zero
@@ -133,22 +132,36 @@ class FaultPlayer:
         self.cluster.thaw(slot, reason)
         self._note(f"proxy {slot.index} SIGCONTed after {fault.seconds:.2f}s")
 
+    def _relays(self, fault: Fault) -> tuple[str, list[LedgerRelay]]:
+        """The relays a ledger fault hits: one proxy's, or (no proxy) every one."""
+        if fault.proxy is None:
+            return "every proxy's", [slot.relay for slot in self.cluster.slots]
+        return f"proxy {fault.proxy}'s", [self._slot(fault).relay]
+
     async def _delay(self, fault: Fault) -> None:
-        self.relay.delay = fault.count / 1000
-        self._note(f"ledger replies +{fault.count}ms")
+        whose, relays = self._relays(fault)
+        for relay in relays:
+            relay.delay = fault.count / 1000
+        self._note(f"{whose} ledger replies +{fault.count}ms")
         await asyncio.sleep(fault.seconds)  # the fault itself
-        self.relay.delay = 0.0
-        self._note("ledger replies prompt again")
+        for relay in relays:
+            relay.delay = 0.0
+        self._note(f"{whose} ledger replies prompt again")
 
     async def _stall(self, fault: Fault) -> None:
-        self.relay.stall()
-        self._note(f"ledger replies stalled ({fault.kind})")
+        whose, relays = self._relays(fault)
+        for relay in relays:
+            relay.stall()
+        self._note(f"{whose} ledger replies stalled ({fault.kind})")
         await asyncio.sleep(fault.seconds)  # the fault itself
-        self.relay.resume()
-        self._note(f"ledger replies flow again after {fault.seconds:.2f}s")
+        for relay in relays:
+            relay.resume()
+        self._note(f"{whose} ledger replies flow again after {fault.seconds:.2f}s")
 
     async def _drop(self, fault: Fault) -> None:
-        self._note(f"ledger connections cut: {self.relay.drop()}")
+        whose, relays = self._relays(fault)
+        cut = sum(relay.drop() for relay in relays)
+        self._note(f"{whose} ledger connections cut: {cut}")
 
     async def _restart_postgres(self, fault: Fault) -> None:
         if self.postgres is None:

@@ -67,6 +67,7 @@ class LedgerRelay:
         default_factory=set
     )
     _server: asyncio.Server | None = None
+    _stalls: int = 0
     _tasks: set[asyncio.Task[None]] = field(default_factory=set)
 
     async def start(self) -> int:
@@ -77,11 +78,15 @@ class LedgerRelay:
         return self.port
 
     def stall(self) -> None:
-        """Hold every server reply back until ``resume``."""
+        """Hold every server reply back until ``resume`` (stalls overlap: replies flow
+        again only once every stall has been resumed)."""
+        self._stalls += 1
         self._flowing.clear()
 
     def resume(self) -> None:
-        self._flowing.set()
+        self._stalls = max(0, self._stalls - 1)
+        if not self._stalls:
+            self._flowing.set()
 
     def drop(self) -> int:
         """Cut every open connection, both ways; how many there were."""
@@ -94,7 +99,8 @@ class LedgerRelay:
     async def close(self) -> None:
         if self._server is not None:
             self._server.close()
-        self.resume()
+        self._stalls = 0
+        self._flowing.set()
         self.drop()
         for task in list(self._tasks):
             task.cancel()

@@ -34,7 +34,6 @@ from effect_broker.demo.explorer.oracle import (
     judge,
 )
 from effect_broker.demo.explorer.postgres import OwnedPostgres
-from effect_broker.demo.explorer.relay import LedgerRelay, through, upstream_of
 from effect_broker.demo.explorer.schedule import Schedule
 
 SETTLE_TIMEOUT = 30.0  # the reconcilers bring the ledger to rest within this
@@ -180,21 +179,12 @@ async def run_round(
         )
         if TRANSACTIONAL in schedule.keys.values():
             target_dsn = await matrix.fresh_database("explore", "target")
-        relay = LedgerRelay(upstream_of(ledger_dsn))
         async with AsyncExitStack() as stack:
-            port = await relay.start()
-            stack.push_async_callback(relay.close)
             cluster = Cluster(
-                stack,
-                directory,
-                through(ledger_dsn, port),
-                matrix.master_key,
-                matrix.kit_secret,
+                stack, directory, ledger_dsn, matrix.master_key, matrix.kit_secret
             )
             await cluster.start_target(target_dsn)
-            rows = await _explore(
-                cluster, relay, postgres, schedule, answers, applied, ledger_dsn
-            )
+            rows = await _explore(cluster, postgres, schedule, answers, applied)
     except Exception as exc:  # one broken round must not hide the others
         error = f"{type(exc).__name__}: {exc}"
     try:  # whatever happened, the target's table says what was executed
@@ -217,12 +207,10 @@ async def run_round(
 
 async def _explore(
     cluster: Cluster,
-    relay: LedgerRelay,
     postgres: OwnedPostgres | None,
     schedule: Schedule,
     answers: list[Answer],
     applied: list[str],
-    ledger_dsn: str,
 ) -> dict[str, LedgerRow]:
     """Start the proxies, run agents and faults, heal, let the ledger settle (read
     directly, not through the relay: the oracle reads around the faults)."""
@@ -236,7 +224,7 @@ async def _explore(
     for arming in armed:  # one at a time: parallel starts only fight for two cores
         await cluster.add_slot(arming)
     agents = Agents([slot.url for slot in cluster.slots], answers, time.monotonic())
-    player = FaultPlayer(cluster, relay, postgres, schedule, agents.started, applied)
+    player = FaultPlayer(cluster, postgres, schedule, agents.started, applied)
     watcher = asyncio.create_task(player.watch_send_pauses())
     asking = asyncio.create_task(agents.run(schedule.ops, schedule.agents))
     try:
@@ -244,7 +232,7 @@ async def _explore(
         await asking
         if any(slot.dead for slot in cluster.slots):
             raise CellError("a killed proxy was not restarted before the ledger settled")
-        return await settled_ledger(ledger_dsn)
+        return await settled_ledger(cluster.ledger_dsn)
     finally:
         asking.cancel()
         with suppress(asyncio.CancelledError):

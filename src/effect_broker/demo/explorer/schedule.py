@@ -18,6 +18,7 @@ KILL = "kill"  # SIGKILL a proxy, restart it on the same ports a moment later
 PAUSE = "pause"  # SIGSTOP a proxy for less than a lease, then SIGCONT
 LONG_PAUSE = "long-pause"  # SIGSTOP a proxy for longer than a lease and a settlement
 SEND_PAUSE = "send-pause"  # a proxy freezes itself between attempt commit and send
+# The ledger faults hit one proxy's relay, or every proxy's (``proxy`` None).
 LEDGER_DELAY = "ledger-delay"  # every ledger reply late for a while
 LEDGER_STALL = "ledger-stall"  # ledger replies held back, for less than a lease
 LEDGER_LONG_STALL = "ledger-long-stall"  # ... for longer than a lease
@@ -84,7 +85,9 @@ class Fault:
                 f"frozen {self.seconds:.2f}s"
             )
         if self.kind == LEDGER_DELAY:
-            return f"{self.at:5.2f}s {self.kind} +{self.count}ms {self.seconds:.2f}s"
+            return (
+                f"{self.at:5.2f}s {self.kind}{where} +{self.count}ms {self.seconds:.2f}s"
+            )
         if self.count:
             return f"{self.at:5.2f}s {self.kind}{where} x{self.count}"
         if self.seconds:
@@ -181,7 +184,10 @@ def make_schedule(
 
 
 def _fault(rng: random.Random, kind: str, at: float, proxies: int) -> Fault:
-    proxy = rng.randrange(proxies)
+    proxy: int | None = rng.randrange(proxies)
+    if kind.startswith("ledger-"):  # one proxy cut off from the ledger, or all of them
+        ledger = rng.randrange(proxies + 1)
+        proxy = ledger if ledger < proxies else None
     if kind == KILL:
         return Fault(at, kind, proxy, rng.uniform(0.2, 1.0))
     if kind == PAUSE:
@@ -189,13 +195,15 @@ def _fault(rng: random.Random, kind: str, at: float, proxies: int) -> Fault:
     if kind == LONG_PAUSE:
         return Fault(at, kind, proxy, rng.uniform(*LONG))
     if kind == LEDGER_DELAY:
-        return Fault(at, kind, None, rng.uniform(0.5, 2.0), rng.randint(20, 150))
+        return Fault(at, kind, proxy, rng.uniform(0.5, 2.0), rng.randint(20, 150))
     if kind == LEDGER_STALL:
-        return Fault(at, kind, None, rng.uniform(0.1, 0.5))
+        return Fault(at, kind, proxy, rng.uniform(0.1, 0.5))
     if kind == LEDGER_LONG_STALL:
-        return Fault(at, kind, None, rng.uniform(*LONG))
+        return Fault(at, kind, proxy, rng.uniform(*LONG))
+    if kind == LEDGER_DROP:
+        return Fault(at, kind, proxy)
     if kind == PG_RESTART:
         return Fault(at, kind, None, rng.uniform(0.2, 1.0))
     if kind in (TARGET_WITHHOLD, TARGET_FAIL):
         return Fault(at, kind, None, 0.0, rng.randint(1, 3))
-    return Fault(at, kind)  # LEDGER_DROP: instant
+    return Fault(at, kind)
