@@ -177,6 +177,7 @@ def explore_command(
         soft_wrap=True,
     )
     owned = None if database_url else explorer.OwnedPostgres(scratch / "postgres")
+    result: explorer.Exploration | None = None
     try:
         server = owned.start() if owned is not None else str(database_url)
         result = explorer.explore(
@@ -193,12 +194,11 @@ def explore_command(
     finally:
         if owned is not None:
             owned.cleanup()
+        if workdir is not None or (result is not None and result.ok):
+            shutil.rmtree(scratch, ignore_errors=True)  # logs elsewhere, or not needed
     _report_exploration(console, result)
-    if result.ok:
-        if workdir is None:
-            shutil.rmtree(scratch, ignore_errors=True)
-        return
-    raise typer.Exit(1)
+    if not result.ok:
+        raise typer.Exit(1)
 
 
 def _report_exploration(console: Console, result: explorer.Exploration) -> None:
