@@ -8,6 +8,8 @@ import json
 import pytest
 
 from effect_broker.demo import explorer
+from effect_broker.demo.crash_matrix import MODES as MATRIX_MODES
+from effect_broker.demo.explorer import schedule as schedule_module
 from effect_broker.demo.explorer import Answer, Execution, LedgerRow, judge
 from effect_broker.demo.explorer.relay import through, upstream_of
 
@@ -181,3 +183,7 @@ def test_the_relay_reaches_a_tcp_server_or_a_socket_directory() -> None:
     assert through("postgresql://u:pw@db:5432/x?sslmode=disable", 7) == (
         "postgresql://u:pw@127.0.0.1:7/x?sslmode=disable"
     )
+
+
+def test_the_schedule_draws_the_crash_matrix_modes() -> None:
+    assert set(schedule_module.MODES) == set(MATRIX_MODES)

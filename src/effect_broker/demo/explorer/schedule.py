@@ -12,8 +12,6 @@ import random
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from effect_broker.demo.crash_matrix.verdicts import MODES
-
 KILL = "kill"  # SIGKILL a proxy, restart it on the same ports a moment later
 PAUSE = "pause"  # SIGSTOP a proxy for less than a lease, then SIGCONT
 LONG_PAUSE = "long-pause"  # SIGSTOP a proxy for longer than a lease and a settlement
@@ -46,8 +44,10 @@ FAULT_KINDS = (
 OUTLIVE_LEASE = frozenset({LONG_PAUSE, SEND_PAUSE, LEDGER_LONG_STALL})
 WITHIN_LEASE = tuple(kind for kind in FAULT_KINDS if kind not in OUTLIVE_LEASE)
 
-#: Reconcilable first: its lookup is what a zombie sender fools.
+#: The demo target's four modes (the crash matrix's), reconcilable the most often: its
+#: lookup is what a zombie sender fools.
 MODE_WEIGHTS = {"reconcilable": 4, "idempotent": 2, "unsafe": 1, "transactional": 2}
+MODES = tuple(MODE_WEIGHTS)
 TWIN_SHARE = 0.1  # operations a second agent also asks for, with the same key
 FAULT_EVERY = 1.0  # one fault per this many seconds of the window, on average
 LONG = (5.0, 7.0)  # seconds a lease-outliving fault lasts: lease 1.8 s, bound 0.5 s,
