@@ -9,8 +9,8 @@ import pytest
 
 from effect_broker.demo import explorer
 from effect_broker.demo.crash_matrix import MODES as MATRIX_MODES
-from effect_broker.demo.explorer import schedule as schedule_module
 from effect_broker.demo.explorer import Answer, Execution, LedgerRow, judge
+from effect_broker.demo.explorer import schedule as schedule_module
 from effect_broker.demo.explorer.relay import through, upstream_of
 
 
