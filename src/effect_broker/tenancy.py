@@ -13,14 +13,18 @@ import base64
 import binascii
 import hashlib
 import hmac
+import re
 import secrets
 import time
 from dataclasses import dataclass
 
 from effect_broker.errors import InvalidTenantName, ProxyAuthenticationRequired
+from effect_broker.headers import credentials
 from effect_broker.store import Store
 
 KEY_PREFIX = "ebk"
+_KEY_ID = re.compile(r"[0-9a-f]{1,64}")
+_SECRET = re.compile(r"[A-Za-z0-9_-]{1,256}")
 CACHE_SECONDS = 60.0
 MAX_TENANT = 128
 
@@ -65,23 +69,28 @@ def new_api_key() -> NewApiKey:
 
 
 def parse_api_key(api_key: str) -> tuple[str, str] | None:
-    """(key id, secret) of a well-formed key, else None."""
+    """(key id, secret) of a well-formed key, else None.
+
+    Only the shape ``new_api_key`` makes is accepted (hex key id, URL-safe secret): any
+    other text could never match a stored key, and must not reach the ledger as a query
+    parameter (a NUL or an undecodable byte would fail there instead of here).
+    """
     prefix, _, rest = api_key.partition("_")
     key_id, _, secret = rest.partition("_")
-    if prefix != KEY_PREFIX or not key_id or not secret:
+    if prefix != KEY_PREFIX or not _KEY_ID.fullmatch(key_id) or not secret:
+        return None
+    if not _SECRET.fullmatch(secret):
         return None
     return key_id, secret
 
 
 def parse_basic(header: str | None) -> tuple[str, str] | None:
     """(user, password) from a ``Basic`` credentials header, else None."""
-    if not header:
-        return None
-    scheme, _, encoded = header.partition(" ")
-    if scheme.lower() != "basic":
+    encoded = credentials(header, "Basic")
+    if encoded is None:
         return None
     try:
-        decoded = base64.b64decode(encoded.strip(), validate=True).decode()
+        decoded = base64.b64decode(encoded, validate=True).decode()
     except (binascii.Error, UnicodeDecodeError):
         return None
     user, sep, password = decoded.partition(":")

@@ -21,6 +21,7 @@ from effect_broker.errors import (
     EffectBrokerError,
     Unauthorized,
 )
+from effect_broker.headers import credentials
 from effect_broker.problems import problem_response
 
 PROTECTED_PREFIX = "/v1/"
@@ -37,9 +38,9 @@ def configured_token(token: SecretStr | str | None) -> str | None:
 
 
 def bearer(request: web.Request) -> str | None:
-    scheme, _, credentials = request.headers.get("Authorization", "").partition(" ")
-    credentials = credentials.strip()
-    return credentials if scheme.lower() == "bearer" and credentials else None
+    """The bearer token, or None when there is none a token could be (see
+    ``credentials``: undecodable bytes are refused before anything encodes them)."""
+    return credentials(request.headers.get("Authorization"), "Bearer")
 
 
 def _refuse(error: EffectBrokerError, *, invalid: bool) -> web.Response:
