@@ -130,6 +130,26 @@ def canonical_host(text: str) -> Host:
     return Host(name)
 
 
+def lookup_refusal(host: str) -> str | None:
+    """Why no resolver can be asked about ``host`` (an IP literal or a DNS name), or None.
+
+    ``getaddrinfo`` IDNA-encodes a name first and raises ``UnicodeError`` (not an
+    ``OSError``) for an empty label, a label over 63 bytes or a name the codec refuses;
+    a caller that checks here answers the client instead of failing mid-connect.
+    """
+    try:
+        ip_address(host)
+        return None
+    except ValueError:
+        pass
+    try:
+        host.encode("idna")
+    except UnicodeError as exc:
+        reason = str(exc.__cause__ or exc)
+        return f"it cannot be encoded as a DNS name ({reason})"
+    return None
+
+
 def split_authority(text: str) -> tuple[str, int | None]:
     """``host[:port]`` into host and port; a bare IPv6 has no port. ``ValueError`` for a
     port that is not a number in 0-65535."""

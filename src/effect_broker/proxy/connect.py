@@ -24,6 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import cast
 
+from effect_broker.config.hosts import lookup_refusal
 from effect_broker.errors import (
     EffectBrokerError,
     EgressRefused,
@@ -35,6 +36,7 @@ from effect_broker.errors import (
 )
 from effect_broker.problems import problem_bytes
 from effect_broker.proxy.edge import ConnectionGate
+from effect_broker.proxy.edge_input import printable
 from effect_broker.proxy.egress import EgressGuard
 from effect_broker.proxy.intercept import Interception
 from effect_broker.ratelimited_log import RateLimitedLog
@@ -235,6 +237,15 @@ class FrontProtocol(asyncio.Protocol):
             self._answer_and_close(MalformedRequest("CONNECT needs host:port"))
             return
         host, port = target
+        unusable = lookup_refusal(host)
+        if unusable is not None:
+            self._answer_and_close(
+                MalformedRequest(
+                    f"CONNECT {printable(host[:100])!r} does not name a host name or "
+                    f"IP address: {unusable}"
+                )
+            )
+            return
         authority = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
         if self._intercept is not None and self._policy.is_guarded(authority):
             self._start_interception(self._intercept, target, head, rest)
