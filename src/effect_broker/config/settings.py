@@ -80,6 +80,12 @@ class Settings(BaseSettings):
         description="How long a new connection may take to send its first bytes (and a "
         "CONNECT its whole head) before it gets a 408 and is closed.",
     )
+    body_timeout: timedelta = Field(
+        timedelta(seconds=30),
+        description="How long a request body may take to arrive in full, counted from "
+        "its head; beyond it the request gets a 408, nothing is recorded or forwarded, "
+        "and the connection is closed.",
+    )
     max_connections: int = Field(
         1024,
         ge=1,
@@ -136,6 +142,7 @@ class Settings(BaseSettings):
         "upstream_queue_timeout",
         "keepalive_timeout",
         "header_timeout",
+        "body_timeout",
         mode="before",
     )
     @classmethod

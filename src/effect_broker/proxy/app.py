@@ -19,12 +19,14 @@ from effect_broker.errors import (
     EffectBrokerError,
     MalformedRequest,
     ProxyAuthenticationRequired,
+    RequestTimeout,
     RouteNotFound,
     RouteRefused,
     StoreError,
     StoreUnavailable,
 )
 from effect_broker.problems import problem_response
+from effect_broker.proxy.body_deadline import body_deadline
 from effect_broker.proxy.edge import EDGE_LIMITS, EdgeLimits
 from effect_broker.proxy.edge_input import check_path, printable
 from effect_broker.proxy.flow import EffectRequest, is_absolute_form
@@ -41,6 +43,11 @@ unrecorded_log = RateLimitedLog(log, interval=3600.0)
 
 
 async def handle(request: web.Request) -> web.StreamResponse:
+    with body_deadline(request, request.app[EDGE_LIMITS].body_timeout):
+        return await _handle(request)
+
+
+async def _handle(request: web.Request) -> web.StreamResponse:
     state = request.app[PROXY_STATE]
     check_path(request.path)
     path = request_path(request)
@@ -189,6 +196,10 @@ async def problems_middleware(
         return problem_response(
             exc, headers={"Proxy-Authenticate": 'Basic realm="effect-broker"'}
         )
+    except RequestTimeout as exc:
+        response = problem_response(exc)
+        response.force_close()  # the rest of the body may still be on its way
+        return response
     except EffectBrokerError as exc:
         return problem_response(exc)
     except web.HTTPRequestEntityTooLarge:
