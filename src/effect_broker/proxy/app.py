@@ -38,7 +38,7 @@ from effect_broker.ratelimited_log import RateLimitedLog
 log = logging.getLogger("effect_broker.proxy")
 # A database outage fails every request the same way: one line per cause per interval.
 store_log = RateLimitedLog(log)
-# A misconfiguration, not an incident: once per host an hour is enough to be seen.
+# A misconfiguration, not an incident: once an hour (with a count) is enough to be seen.
 unrecorded_log = RateLimitedLog(log, interval=3600.0)
 
 
@@ -160,10 +160,10 @@ async def unmatched(
     key_header = state.config.proxy.operation_key_header
     if key_header not in request.headers:
         return await pass_through(request, state.session, state.egress)
-    # The client meant this to be recorded; say plainly that it was not.
-    host = request.url.host or "?"
+    # The client meant this to be recorded; say plainly that it was not. One cause for
+    # all hosts: the host is the client's to vary, and each would be a line and an entry.
     unrecorded_log.warning(
-        f"unrecorded:{host}",
+        "unrecorded",
         "%s %s carries %s but no route records it: passed through unrecorded. Add a "
         "route for it to routes.yaml if it has side effects",
         request.method,
