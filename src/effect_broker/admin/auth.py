@@ -19,6 +19,7 @@ from effect_broker.admin.state import ADMIN_STATE
 from effect_broker.errors import (
     AdminTokenNotConfigured,
     EffectBrokerError,
+    TooManyFailedCredentials,
     Unauthorized,
 )
 from effect_broker.headers import credentials
@@ -82,7 +83,10 @@ async def _tenant(request: web.Request) -> str | web.Response:
             ),
             invalid=False,
         )
-    tenant = await state.gateway.tenant_for_api_key(token)
+    try:
+        tenant = await state.gateway.tenant_for_api_key(token, request.remote)
+    except TooManyFailedCredentials as exc:
+        return problem_response(exc, retry_after=exc.retry_after)
     if tenant is None:
         return _refuse(
             Unauthorized("the bearer token is not a live API key of any tenant"),

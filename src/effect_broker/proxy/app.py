@@ -24,6 +24,7 @@ from effect_broker.errors import (
     RouteRefused,
     StoreError,
     StoreUnavailable,
+    TooManyFailedCredentials,
 )
 from effect_broker.problems import problem_response
 from effect_broker.proxy.body_deadline import body_deadline
@@ -58,7 +59,7 @@ async def _handle(request: web.Request) -> web.StreamResponse:
         tenant = tunnel.tenant  # a gateway tenant authenticated on the CONNECT
     elif state.gateway is not None:
         tenant = await state.gateway.tenant_for(
-            request.headers.get("Proxy-Authorization")
+            request.headers.get("Proxy-Authorization"), request.remote
         )
     route = match(request, state, path, forward=forward)
     if route is None:
@@ -196,6 +197,8 @@ async def problems_middleware(
         return problem_response(
             exc, headers={"Proxy-Authenticate": 'Basic realm="effect-broker"'}
         )
+    except TooManyFailedCredentials as exc:
+        return problem_response(exc, retry_after=exc.retry_after)
     except RequestTimeout as exc:
         response = problem_response(exc)
         response.force_close()  # the rest of the body may still be on its way
