@@ -92,6 +92,11 @@ class Settings(BaseSettings):
         description="Open client connections on the proxy port; beyond it a new one "
         "gets a 503 and is closed. Keep it well below the file limit (ulimit -n).",
     )
+    worker_heartbeat_timeout: timedelta = Field(
+        timedelta(seconds=10),
+        description="serve --workers N: a worker whose event loop has not sent its "
+        "heartbeat for this long (paused, stuck) is killed and restarted.",
+    )
     reconciler: bool = Field(
         True, description="Run the built-in reconciler inside the proxy process."
     )
@@ -143,6 +148,7 @@ class Settings(BaseSettings):
         "keepalive_timeout",
         "header_timeout",
         "body_timeout",
+        "worker_heartbeat_timeout",
         mode="before",
     )
     @classmethod
