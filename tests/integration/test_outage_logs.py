@@ -16,7 +16,17 @@ from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 
+from effect_broker import reconciler
+from effect_broker.admin import app as admin_app
+from effect_broker.proxy import app as proxy_app
+from effect_broker.ratelimited_log import RateLimitedLog
 from effect_broker.reconciler import Reconciler
+from effect_broker.store import pool_log
+from effect_broker.store.pool_log import (
+    POOL_LOGGER,
+    PoolReconnectFilter,
+    quiet_pool_reconnects,
+)
 from tests.integration.harness import request, running_broker
 
 TOKEN = "outage-admin-token"
@@ -89,6 +99,20 @@ class CountingReconciler(Reconciler):
         return await super().run_once()
 
 
+@pytest.fixture
+def fresh_limiters(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every limiter this test counts lines of, as a new process has it: they are
+    module-wide, and another test's outage within the interval would hide lines."""
+    monkeypatch.setattr(proxy_app, "store_log", RateLimitedLog(proxy_app.log))
+    monkeypatch.setattr(reconciler, "quiet", RateLimitedLog(reconciler.log))
+    monkeypatch.setattr(admin_app, "quiet", RateLimitedLog(admin_app.log))
+    quiet_pool_reconnects()
+    for found in logging.getLogger(POOL_LOGGER).filters:
+        if isinstance(found, PoolReconnectFilter):
+            monkeypatch.setattr(found, "limiter", RateLimitedLog(pool_log.log))
+
+
+@pytest.mark.usefixtures("fresh_limiters")
 async def test_a_ledger_outage_logs_one_line_per_cause_and_no_traceback(
     database_url: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -97,9 +121,9 @@ async def test_a_ledger_outage_logs_one_line_per_cause_and_no_traceback(
         relayed(database_url) as (dsn, relay),
         running_broker(dsn, tmp_path, admin_token=TOKEN) as broker,
     ):
-        reconciler = CountingReconciler(broker.state.engine, idle_seconds=0.02)
+        counting = CountingReconciler(broker.state.engine, idle_seconds=0.02)
         stop = asyncio.Event()
-        task = asyncio.create_task(reconciler.run(stop))
+        task = asyncio.create_task(counting.run(stop))
         try:
             relay.cut_off()
             for attempt in range(5):
@@ -121,7 +145,7 @@ async def test_a_ledger_outage_logs_one_line_per_cause_and_no_traceback(
                 assert listed.status == 503, listed
             # Dozens of failed passes, and the pool's own reconnects failing.
             async with asyncio.timeout(15):
-                while reconciler.passes < 40 or not pool_retried(caplog):
+                while counting.passes < 40 or not pool_retried(caplog):
                     await asyncio.sleep(0.02)
         finally:
             stop.set()
