@@ -22,6 +22,7 @@ from tests.integration.harness import (
     request,
     running_broker,
 )
+from tests.integration.mcp_support import ToolStore, mcp_routes, serve_mcp
 from tests.integration.test_gateway import basic
 from tests.integration.tls_support import TlsWorld
 
@@ -243,3 +244,48 @@ async def test_a_gateway_connect_with_odd_proxy_authorization_is_a_407(
             )
             assert status == 407, (value, head, body)
             assert json.loads(body)["status"] == 407
+
+
+def mcp_post(*extra: bytes, body: bytes) -> bytes:
+    lines = [
+        b"POST /mcp HTTP/1.1",
+        b"Host: sidecar",
+        b"Content-Type: application/json",
+        b"Accept: application/json, text/event-stream",
+        b"Content-Length: " + str(len(body)).encode(),
+        *extra,
+        b"Connection: close",
+    ]
+    return b"\r\n".join(lines) + b"\r\n\r\n" + body
+
+
+async def test_odd_bytes_in_the_headers_an_mcp_route_reads_are_never_a_5xx(
+    database_url: str, tmp_path: Path
+) -> None:
+    store = ToolStore()
+    charge = {"amount": 1, "currency": "eur", "operation_key": "h-1"}
+    call = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "tools/call",
+        "params": {"name": "create_charge", "arguments": charge},
+    }
+    body = json.dumps(call).encode()
+    async with (
+        serve_mcp(store) as upstream,
+        running_broker(
+            database_url, tmp_path, routes=lambda _: mcp_routes(upstream)
+        ) as broker,
+    ):
+        wrong = {}
+        for name, header in {
+            "mcp-session-id": b"Mcp-Session-Id: \xff\xfe",
+            "mcp-method": b"Mcp-Method: tools/\xffcall",
+            "mcp-name": b"Mcp-Name: create_\xffcharge",
+            "operation-key": b"Operation-Key: \xff\xfe",
+            "content-type": b"Content-Type: application/\xffjson",
+        }.items():
+            answer = await exchange(broker.proxy_url, mcp_post(header, body=body))
+            if answer[0] >= 500:
+                wrong[name] = (answer[0], answer[2][:300])
+        assert wrong == {}
