@@ -30,12 +30,18 @@ DEADLINE_MS = 1000
 DEADLINE = DEADLINE_MS / 1000
 
 
-async def trickle(url: str, head: bytes, body: list[bytes]) -> tuple[bytes, float]:
+async def trickle(
+    url: str, head: bytes, body: list[bytes], connected: asyncio.Event | None = None
+) -> tuple[bytes, float]:
     """Send ``head``, then one piece of ``body`` every 100 ms until an answer (or the
-    end of the body); the whole answer up to the close, and when it began, in seconds."""
+    end of the body); the whole answer up to the close, and when it began, in seconds.
+    ``connected`` is set once the connection is open and the head written."""
     reader, writer = await asyncio.open_connection(*address(url))
     started = time.monotonic()
     writer.write(head)
+    await writer.drain()
+    if connected is not None:
+        connected.set()
 
     async def send_slowly() -> None:
         for piece in body:
@@ -149,3 +155,43 @@ async def test_a_slow_but_complete_body_within_the_deadline_goes_through(
             [BODY[:10], BODY[10:]],
         )
     assert answer.startswith(b"HTTP/1.1 201"), answer
+
+
+async def test_trickling_clients_cannot_hold_every_connection_past_the_deadline(
+    database_url: str, tmp_path: Path
+) -> None:
+    async with running_broker(
+        database_url, tmp_path, body_timeout=f"{DEADLINE_MS}ms", max_connections=2
+    ) as broker:
+        connected = [asyncio.Event(), asyncio.Event()]
+        trickles = [
+            asyncio.create_task(
+                trickle(
+                    broker.proxy_url,
+                    post_head("/payments/v1/charges", f"slow-{n}", chunked=True),
+                    chunked(BODY) * 100,
+                    connected[n],
+                )
+            )
+            for n in range(2)
+        ]
+        for event in connected:  # the kernel hands them over before any probe
+            await event.wait()
+        started = time.monotonic()
+
+        async def probe() -> int:
+            """The status of a request that needs a connection of its own."""
+            return (await request("GET", f"{broker.proxy_url}/probe")).status
+
+        # Both places taken by trickling bodies: everyone else is turned away...
+        while await probe() != 503:
+            assert time.monotonic() - started < DEADLINE / 2, "no lockout to lift"
+            await asyncio.sleep(0.01)
+        # ...until the deadline cuts them off and frees the places.
+        while (status := await probe()) == 503:
+            assert time.monotonic() - started < 5 * DEADLINE, "still locked out"
+            await asyncio.sleep(0.05)
+        assert status == 404  # admitted: a reverse-mode path no route matches
+        for task in trickles:
+            answer, answered = await task
+            assert_408_and_closed(answer, answered)
