@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
+import tempfile
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -51,14 +53,22 @@ def with_database(dsn: str, database: str) -> str:
 
 
 @pytest.fixture(scope="session")
-def server_dsn(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def server_dsn() -> Iterator[str]:
+    """The test server. An embedded one lives outside pytest's own temporary folder:
+    pytest makes that folder private (0700) again at the start of every session, and
+    the embedded server, run as its own system user when tests run as root, then loses
+    its data directory under it whenever a second pytest starts on the machine."""
     external = os.environ.get("EFFECT_BROKER_TEST_DATABASE_URL")
     if external:
         yield external
         return
-    data_dir = tmp_path_factory.mktemp("pg") / "data"
-    with embedded_postgres(data_dir, durable=False, keep_data=False) as dsn:
-        yield dsn
+    home = Path(tempfile.mkdtemp(prefix="effect-broker-test-pg-"))
+    home.chmod(0o755)
+    try:
+        with embedded_postgres(home / "data", durable=False, keep_data=False) as dsn:
+            yield dsn
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
 
 
 async def _create_template(server: str, name: str) -> None:

@@ -6,9 +6,9 @@ payload must never hash equal. So bodies are canonicalized before hashing: RFC 8
 for JSON, sorted pairs for form data, raw bytes otherwise.
 
 Parsing is strict on purpose. Input that servers read differently (duplicate keys, lone
-surrogates, integers a double cannot hold) is refused rather than guessed at: a guess
-could make two different payloads collide, and a retry with a changed payload would then
-replay a receipt for something the client did not ask for. Pure code, no I/O.
+surrogates, numbers a double cannot hold exactly) is refused rather than guessed at: a
+guess could make two different payloads collide, and a retry with a changed payload would
+then replay a receipt for something the client did not ask for. Pure code, no I/O.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import hmac
 import json
 import math
 import re
+from decimal import Decimal
 from typing import Any
 from urllib.parse import quote_from_bytes, unquote_to_bytes
 
@@ -79,6 +80,14 @@ def _parse_float(literal: str) -> float:
     if value == 0 and any(digit in mantissa for digit in "123456789"):
         raise CanonicalizationError(
             f"number {_show(literal)} is too small for an IEEE-754 double (it would be 0)"
+        )
+    if Decimal(literal) != Decimal(repr(value)):
+        # The double nearest the literal is another number: two payloads that differ
+        # here would hash equal (0.1 and 0.10000000000000000001, 2**53 + 1 and 2**53).
+        raise CanonicalizationError(
+            f"number {_show(literal)} cannot be held exactly by an IEEE-754 double (it "
+            f"would become {value!r}), so it could not be told apart from that "
+            "number; send it as a string, or with no more digits than a double holds"
         )
     return value
 

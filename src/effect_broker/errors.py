@@ -136,6 +136,13 @@ class EgressRefused(EffectBrokerError):
     status = 403
 
 
+class MisdirectedRequest(EffectBrokerError):
+    """This connection does not go to the origin the request names."""
+
+    problem_type = "misdirected-request"
+    status = 421
+
+
 class RouteNotFound(EffectBrokerError):
     """No route matches this request."""
 
@@ -169,6 +176,16 @@ class UpstreamBusy(EffectBrokerError):
     """Every connection this proxy allows to the target is busy; nothing was sent."""
 
     problem_type = "upstream-busy"
+    status = 503
+    retry_helps = True
+
+
+class SendWithheld(EffectBrokerError):
+    """The attempt was committed, but the proxy was held up before its first byte for so
+    long that its lease could have run out: it sent nothing rather than risk a second
+    sender. Retrying with the same Operation-Key is safe."""
+
+    problem_type = "send-withheld"
     status = 503
     retry_helps = True
 

@@ -7,12 +7,14 @@ that is not set. Each is a clear error before the first request, never a surpris
 
 from __future__ import annotations
 
+import asyncio
 import os
+import socket
 import ssl
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 
-from effect_broker.config.egress import EgressPolicy, default_rules, dsn_authorities
+from effect_broker.config.egress import EgressPolicy, default_rules
 from effect_broker.config.routes_config import RoutesConfig
 from effect_broker.config.routes_file import resolve_inject_headers
 from effect_broker.config.settings import Settings
@@ -22,6 +24,7 @@ from effect_broker.engine.owners import worker_name
 from effect_broker.engine.rekey import with_idempotency_root
 from effect_broker.engine.slots import UpstreamSlots
 from effect_broker.engine.upstream import client_session, upstream_tls
+from effect_broker.engine.waiters import Waiters
 from effect_broker.engine.wiring import Wiring
 from effect_broker.errors import MigrationError, TLSSetupError
 from effect_broker.mcp.answers import McpProtocol
@@ -32,6 +35,7 @@ from effect_broker.proxy.receipt_cache import ReceiptCache
 from effect_broker.proxy.state import ProxyState
 from effect_broker.proxy.tls_ca import CertificateAuthority, CertificateAuthorityError
 from effect_broker.store import Store
+from effect_broker.store.dsn import ledger_endpoints
 from effect_broker.tenancy import TenantResolver
 from effect_broker.tracing import configure as configure_tracing
 
@@ -60,6 +64,7 @@ async def open_runtime(
         min_size=settings.pool_min_size,
         max_size=settings.pool_max_size,
     )
+    waiters = Waiters(store.effect_versions)
     try:
         if migrate:
             await store.migrate()
@@ -76,7 +81,8 @@ async def open_runtime(
         # Effects and pass-through get separate clients: a slow pass-through target
         # cannot hold the connections effects need. Effects are bounded per route by
         # their slots, so their client has no pool limit of its own.
-        egress = EgressGuard(egress_policy(settings, config))
+        ledger = await ledger_authorities(settings.database_url)
+        egress = EgressGuard(egress_policy(settings, config, ledger=ledger))
         async with (
             client_session(limit=0, tls=tls) as effect_session,
             egress.session(limit=settings.passthrough_connections, tls=tls) as session,
@@ -98,6 +104,7 @@ async def open_runtime(
                     per_route=settings.reconciler_connections,
                     queue_timeout=settings.upstream_queue_timeout,
                 ),
+                waiters=waiters,
                 protocols={
                     route.name: McpProtocol()
                     for route in config.routes
@@ -118,25 +125,54 @@ async def open_runtime(
                 metrics=metrics,
                 receipts=ReceiptCache(settings.receipt_cache_bytes),
                 ca=ca,
-                mcp=McpEndpoint(engine, max_request_bytes=settings.max_request_bytes),
+                mcp=McpEndpoint(
+                    engine,
+                    running_calls=store,
+                    max_request_bytes=settings.max_request_bytes,
+                ),
             )
     finally:
+        await waiters.close()
         await store.close()
 
 
-def egress_policy(settings: Settings, config: RoutesConfig) -> EgressPolicy:
+def egress_policy(
+    settings: Settings, config: RoutesConfig, *, ledger: list[str]
+) -> EgressPolicy:
     """routes.yaml's deny and allow lists over the refusals this process needs: its own
-    configured ports (bound ports are added once known), its ledger, and its mode."""
+    configured ports (bound ports are added once known), its ledger (``ledger``, as
+    ``ledger_authorities`` finds it), and its mode."""
     return EgressPolicy.from_lists(
         config.proxy.deny,
         config.proxy.allow,
         default_rules(
             listen=[settings.listen],
             admin=[settings.admin_listen],
-            ledger=dsn_authorities(settings.database_url),
+            ledger=ledger,
             gateway=settings.gateway,
         ),
     )
+
+
+async def ledger_authorities(dsn: str | None) -> list[str]:
+    """host:port of every TCP endpoint of the ledger, and of each address a name among
+    them resolves to now: a tunnel to another name for the same server (or to its IP)
+    is refused too. A name that does not resolve keeps only its own rule."""
+    found: list[str] = []
+    loop = asyncio.get_running_loop()
+    for host, port in ledger_endpoints(dsn):
+        found.append(authority(host, port))
+        try:
+            answers = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        except (OSError, UnicodeError):
+            continue
+        found += [authority(str(answer[4][0]), port) for answer in answers]
+    return list(dict.fromkeys(found))
+
+
+def authority(host: str, port: int) -> str:
+    """``host:port``, an IPv6 literal in brackets."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 def load_ca(settings: Settings) -> CertificateAuthority | None:

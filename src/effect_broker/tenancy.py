@@ -19,6 +19,7 @@ import secrets
 import time
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import Protocol
 
 from effect_broker.credential_budget import CredentialBudget
 from effect_broker.errors import (
@@ -27,7 +28,6 @@ from effect_broker.errors import (
     TooManyFailedCredentials,
 )
 from effect_broker.headers import credentials
-from effect_broker.store import Store
 
 KEY_PREFIX = "ebk"
 _KEY_ID = re.compile(r"[0-9a-f]{1,64}")
@@ -105,6 +105,12 @@ def parse_basic(header: str | None) -> tuple[str, str] | None:
     return (user, password) if sep else None
 
 
+class ApiKeys(Protocol):
+    """Where a gateway finds an API key's tenant and secret hash (the ledger)."""
+
+    async def api_key(self, key_id: str) -> tuple[str, bytes] | None: ...
+
+
 class TenantResolver:
     """Gateway mode: the tenant of each request's proxy credentials, cached briefly.
 
@@ -114,7 +120,7 @@ class TenantResolver:
     turned into ledger load.
     """
 
-    def __init__(self, store: Store, budget: CredentialBudget | None = None) -> None:
+    def __init__(self, store: ApiKeys, budget: CredentialBudget | None = None) -> None:
         self._store = store
         self._cache: dict[str, tuple[str, bytes, float]] = {}
         self.budget = budget or CredentialBudget()

@@ -308,3 +308,27 @@ async def test_route_traffic_is_not_subject_to_the_egress_lists(
 
     assert answer.status == 201, answer
     assert len(await ledger_rows(database_url)) == 1
+
+
+def query_form(database_url: str) -> str | None:
+    """The same TCP ledger, spelled with host and port as query parameters (as libpq and
+    asyncpg accept), or None when the ledger listens on a Unix socket."""
+    url = URL(database_url)
+    if url.port is None or not url.host:
+        return None
+    return f"postgresql://{url.user}@{url.path}?host={url.host}&port={url.port}"
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "localhost"])
+async def test_connect_to_a_ledger_named_in_query_parameters_is_refused(
+    database_url: str, tmp_path: Path, host: str
+) -> None:
+    dsn = query_form(database_url)
+    if dsn is None:
+        pytest.skip("the ledger listens on a Unix socket here; CI's second run uses TCP")
+    async with running_broker(dsn, tmp_path) as broker:
+        status, problem = await raw_connect(broker, f"{host}:{URL(database_url).port}")
+
+    assert status == 403
+    assert problem["type"] == REFUSED
+    assert "ledger" in problem["detail"]

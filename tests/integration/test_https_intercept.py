@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from aiohttp import web
 
 from effect_broker.canonical import downstream_key
 from effect_broker.proxy.tls_ca import CA_COMMON_NAME
@@ -29,6 +30,7 @@ from tests.integration.harness import (
     ledger_rows,
     request,
     running_broker,
+    serve_handler,
 )
 from tests.integration.tls_support import (
     ChargeTarget,
@@ -422,3 +424,109 @@ async def test_one_tunnel_carries_many_requests(
         ]
         assert answers[0][2] == answers[1][2] != answers[2][2]
         assert len(s.target.posts()) == len(s.target.charges) == 2
+
+
+async def exchange_in_tunnel(s: Setup, raw: bytes) -> tuple[int, dict[str, str], bytes]:
+    tunnel = await open_tunnel(
+        s.proxy, "api.test:443", s.world.client_context(), server_hostname="api.test"
+    )
+    try:
+        return split(await tunnel.exchange(raw))
+    finally:
+        await tunnel.close()
+
+
+@pytest.mark.parametrize(
+    "target",
+    [
+        "http://127.0.0.1:{other}/secret",
+        "https://127.0.0.1:{other}/secret",
+        "http://api.test/secret",  # the tunnel's host, another scheme and port
+        "https://api.test:8443/secret",
+    ],
+)
+async def test_absolute_form_to_another_origin_inside_a_tunnel_is_421(
+    database_url: str, tmp_path: Path, target: str
+) -> None:
+    hits: list[str] = []
+
+    async def other_origin(request: web.Request) -> web.Response:
+        hits.append(request.path)
+        return web.Response(text="leaked")
+
+    async with (
+        serve_handler(other_origin) as other_url,
+        setup(database_url, tmp_path) as s,
+    ):
+        written = target.format(other=address(other_url)[1])
+        status, headers, body = await exchange_in_tunnel(
+            s,
+            f"GET {written} HTTP/1.1\r\nHost: api.test\r\n"
+            "Connection: close\r\n\r\n".encode(),
+        )
+        assert status == 421, body
+        assert headers["content-type"] == "application/problem+json"
+        problem = json.loads(body)
+        assert problem["type"] == PROBLEMS + "misdirected-request"
+        assert "api.test:443" in problem["detail"]
+        assert hits == [] and s.target.seen == []
+        assert await ledger_rows(database_url) == []
+
+
+@pytest.mark.parametrize(
+    "target", ["https://api.test/v1/charges", "https://API.test:443/v1/charges"]
+)
+async def test_absolute_form_naming_the_tunnels_own_origin_is_recorded(
+    database_url: str, tmp_path: Path, target: str
+) -> None:
+    async with setup(database_url, tmp_path) as s:
+        raw = charge_request("abs-1").replace(b"/v1/charges", target.encode(), 1)
+        status, headers, _ = await exchange_in_tunnel(s, raw)
+        assert status == 200 and headers["effect-status"] == "succeeded"
+        assert [seen.path for seen in s.target.posts()] == ["/v1/charges"]
+        rows = await ledger_rows(database_url)
+        assert [(r["operation_key"], r["status"]) for r in rows] == [
+            ("abs-1", "succeeded")
+        ]
+
+
+def unchecked_client(world: TlsWorld) -> ssl.SSLContext:
+    """A client that trusts the proxy's CA but does not match names itself, so what
+    the proxy would sign for a name shows in the certificate it presents."""
+    context = world.client_context()
+    context.check_hostname = False
+    return context
+
+
+@pytest.mark.parametrize("sni", ["localhost", "elsewhere.test", "*.test", "*.api.test"])
+async def test_a_leaf_is_signed_only_for_the_connect_host(
+    database_url: str, tmp_path: Path, sni: str
+) -> None:
+    async with setup(database_url, tmp_path) as s:
+        _, writer, head = await connect_raw(s.proxy, "api.test:443")
+        assert head.startswith(b"HTTP/1.1 200"), head
+        try:
+            with pytest.raises((ssl.SSLError, ConnectionError)):
+                await writer.start_tls(unchecked_client(s.world), server_hostname=sni)
+                cert = writer.get_extra_info("ssl_object").getpeercert()
+                pytest.fail(f"the proxy signed {cert['subjectAltName']} for SNI {sni}")
+        finally:
+            writer.close()
+
+
+async def test_the_connect_host_in_another_spelling_gets_its_leaf(
+    database_url: str, tmp_path: Path
+) -> None:
+    async with setup(database_url, tmp_path) as s:
+        tunnel = await open_tunnel(
+            s.proxy,
+            "api.test:443",
+            unchecked_client(s.world),
+            server_hostname="API.Test.",
+        )
+        try:
+            cert = tunnel.peer.getpeercert()
+            assert cert is not None
+            assert cert["subjectAltName"] == (("DNS", "api.test"),)
+        finally:
+            await tunnel.close()

@@ -198,3 +198,122 @@ async def post_cancellation(broker: Broker, request_id: Any) -> Answer:
             }
         ),
     )
+
+
+HANDSHAKE = "2025-11-25"
+
+
+async def open_session(proxy_url: str) -> dict[str, str]:
+    """The 2025-11-25 handshake in raw POSTs; the headers every later message of the
+    session carries."""
+    headers = {
+        "Content-Type": "application/json",
+        "Accept": "application/json, text/event-stream",
+    }
+    hello = await request(
+        "POST",
+        f"{proxy_url}/mcp",
+        headers=headers,
+        data=json.dumps(
+            {
+                "jsonrpc": "2.0",
+                "id": 0,
+                "method": "initialize",
+                "params": {
+                    "protocolVersion": HANDSHAKE,
+                    "capabilities": {},
+                    "clientInfo": {"name": "raw", "version": "1"},
+                },
+            }
+        ),
+    )
+    assert hello.status == 200, hello
+    [session_id] = [v for k, v in hello.headers.items() if k.lower() == "mcp-session-id"]
+    session = {
+        **headers,
+        "Mcp-Session-Id": session_id,
+        "Mcp-Protocol-Version": HANDSHAKE,
+    }
+    ready = await request(
+        "POST",
+        f"{proxy_url}/mcp",
+        headers=session,
+        data=json.dumps({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+    )
+    assert ready.status == 202, ready
+    return session
+
+
+async def session_call(
+    proxy_url: str,
+    session: dict[str, str],
+    request_id: Any,
+    tool: str,
+    arguments: dict[str, Any],
+) -> Answer:
+    return await request(
+        "POST",
+        f"{proxy_url}/mcp",
+        headers=session,
+        data=json.dumps(
+            {
+                "jsonrpc": "2.0",
+                "id": request_id,
+                "method": "tools/call",
+                "params": {"name": tool, "arguments": arguments},
+            }
+        ),
+    )
+
+
+async def session_cancel(
+    proxy_url: str, session: dict[str, str], request_id: Any
+) -> Answer:
+    return await request(
+        "POST",
+        f"{proxy_url}/mcp",
+        headers=session,
+        data=json.dumps(
+            {
+                "jsonrpc": "2.0",
+                "method": CANCELLED,
+                "params": {"requestId": request_id, "reason": "gave up"},
+            }
+        ),
+    )
+
+
+@pytest.mark.parametrize(
+    ("call_id", "cancel_id"), [(2, "2"), ("7", 7), (" 9", 9)], ids=str
+)
+async def test_a_cancellation_naming_the_call_in_another_spelling_is_withheld(
+    database_url: str, tmp_path: Path, call_id: Any, cancel_id: Any
+) -> None:
+    """The SDKs take ``"2"`` and ``2`` for one request id (a string that reads as an
+    integer is that integer), so a cancellation naming the running call's id in the
+    other spelling would stop it on the server: it is withheld like any other."""
+    store = ToolStore()
+    key = f"tr-spelling-{cancel_id!r}"
+    async with mcp_broker(database_url, tmp_path, store) as broker:
+        session = await open_session(broker.proxy_url)
+        call = asyncio.create_task(
+            session_call(
+                broker.proxy_url,
+                session,
+                call_id,
+                "transfer",
+                {"amount": 5, "operation_key": key},
+            )
+        )
+        await asyncio.wait_for(store.started.wait(), DEADLINE)
+        cancelled = await session_cancel(broker.proxy_url, session, cancel_id)
+        reached_server = cancellations_seen(store)
+        store.release.set()
+        answer = await asyncio.wait_for(call, DEADLINE)
+        rows = await settled_rows(database_url)
+    assert cancelled.status == 202 and cancelled.body == b""
+    assert reached_server == [] and cancellations_seen(store) == []
+    assert store.interrupted["transfer"] == 0
+    assert store.calls["transfer"] == 1
+    assert rows == [(key, "succeeded")]
+    assert answer.status == 200, answer

@@ -94,10 +94,14 @@ async def serving(
     tmp_path: Path,
     upstream: str,
     workers: str = "2",
+    *,
+    routes_text: str | None = None,
     settings: dict[str, str] | None = None,
 ) -> AsyncIterator[Served]:
+    """``serve --workers``; its routes are ``routes_text`` when given, else one plain
+    HTTP route to ``upstream``."""
     routes = tmp_path / "routes.yaml"
-    routes.write_text(ROUTES.format(upstream=upstream))
+    routes.write_text(routes_text or ROUTES.format(upstream=upstream))
     env = {
         **os.environ,
         "EFFECT_BROKER_DATABASE_URL": database_url,

@@ -9,7 +9,6 @@ import pytest
 from effect_broker.config.egress import (
     EgressPolicy,
     default_rules,
-    dsn_authorities,
     parse_rule,
 )
 from effect_broker.config.hosts import canonical_host, host_of_address
@@ -106,14 +105,6 @@ def test_rules_parse_hosts_ports_and_networks() -> None:
     for bad in ("", "10.0.0.0/33", "a b", "h:99999"):
         with pytest.raises(ValueError):
             parse_rule(bad, "t")
-
-
-def test_dsn_authorities() -> None:
-    assert dsn_authorities("postgresql://u:p@db:6543/x") == ["db:6543"]
-    assert dsn_authorities("postgresql://u@127.0.0.1/x") == ["127.0.0.1:5432"]
-    assert dsn_authorities("postgresql://h1,h2:5433/x") == ["h1:5432", "h2:5433"]
-    assert dsn_authorities("postgresql:///x?host=/run/pg") == []
-    assert dsn_authorities(None) == []
 
 
 def routes_text(proxy: str, match_extra: str = "") -> str:

@@ -13,6 +13,7 @@ import pytest
 from effect_broker.config.contracts import Contract
 from effect_broker.config.routes_file import parse_routes
 from effect_broker.engine.messages import StoredRequest, StoredResponse
+from effect_broker.engine.protocol import COMPLETE
 from effect_broker.errors import ConfigError
 from effect_broker.mcp.answers import McpProtocol
 from effect_broker.mcp.jsonrpc import (
@@ -167,8 +168,15 @@ PROGRESS = {"jsonrpc": "2.0", "method": "notifications/progress", "params": {}}
 RESULT = {"jsonrpc": "2.0", "id": 1, "result": {"content": []}}
 
 
+def call(request_id: object = 1) -> StoredRequest:
+    body = json.dumps(
+        {"jsonrpc": "2.0", "id": request_id, "method": "tools/call", "params": {}}
+    )
+    return StoredRequest("POST", "http://x/mcp", [], body.encode())
+
+
 def test_the_watch_stops_at_a_server_request_split_across_chunks() -> None:
-    watch = McpProtocol().watch()
+    watch = McpProtocol().watch(call())
     stream = event(PROGRESS) + event(ELICIT)
     cut = len(event(PROGRESS)) + 30  # mid-event, then mid-CRLF of the last blank line
     chunks = [stream[:cut], stream[cut:-1], stream[-1:]]
@@ -177,13 +185,26 @@ def test_the_watch_stops_at_a_server_request_split_across_chunks() -> None:
     assert reasons[2] is not None and reasons[2].endswith("elicitation/create")
 
 
-def test_the_watch_reads_on_after_the_response_and_for_json() -> None:
-    answered = McpProtocol().watch()
-    assert answered(SSE, event(RESULT)) is None
-    assert answered(SSE, event(ELICIT)) is None  # the call already has its answer
-    assert McpProtocol().watch()("application/json", json.dumps(ELICIT).encode()) is None
-    notified = McpProtocol().watch()
+def test_the_watch_stops_at_the_calls_response_and_reads_json_to_its_end() -> None:
+    """The response for the call's id is the whole answer, even on a stream the
+    server keeps open: the read ends there (``COMPLETE``, no detail)."""
+    answered = McpProtocol().watch(call())
+    assert answered(SSE, event(PROGRESS) + event(RESULT)[:-2]) is None
+    assert answered(SSE, event(RESULT)[-2:]) == COMPLETE == ""
+    json_answer = McpProtocol().watch(call())
+    assert json_answer("application/json", json.dumps(ELICIT).encode()) is None
+    notified = McpProtocol().watch(call())
     assert notified(SSE, event(PROGRESS) * 3) is None
+
+
+@pytest.mark.parametrize(("sent", "answered_as"), [(1, "1"), ("7", 7), ("a", "a")])
+def test_the_calls_response_is_known_by_its_id_as_the_sdks_correlate_it(
+    sent: object, answered_as: object
+) -> None:
+    watch = McpProtocol().watch(call(sent))
+    other = {**RESULT, "id": "someone-else"}
+    assert watch(SSE, event(other)) is None  # another id's response: read on
+    assert watch(SSE, event({**RESULT, "id": answered_as})) == COMPLETE
 
 
 def test_idempotency_argument_gets_the_derived_key() -> None:

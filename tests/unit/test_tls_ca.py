@@ -91,10 +91,21 @@ def test_a_leaf_certificate_is_short_lived_and_names_only_its_host() -> None:
         ("-x.test", None),
         ("", None),
         ("a" * 64 + ".test", None),
+        ("*.api.test", None),  # never a wildcard: a leaf names one host
+        ("*", None),
+        ("a.*.test", None),
     ],
 )
 def test_host_name(text: str, expected: object) -> None:
     assert host_name(text) == expected
+
+
+def test_the_ca_never_signs_a_wildcard() -> None:
+    ca = CertificateAuthority.create()
+    with pytest.raises(ValueError, match="wildcard"):
+        ca.issue("*.api.test", new_key())
+    with pytest.raises(ValueError, match="wildcard"):
+        LeafContexts(ca).for_host("*.api.test")
 
 
 def test_leaf_contexts_are_cached_per_host() -> None:

@@ -62,6 +62,9 @@ class Probe:
         )
 
 
+DEFAULT_IN_FLIGHT_WAIT = timedelta(seconds=5)
+
+
 @dataclass(frozen=True, slots=True)
 class Contract:
     """What a target promises, and so what the proxy may do after a lost response.
@@ -87,6 +90,10 @@ class Contract:
     idempotency_argument: str | None = None
     # How long a settled effect stays in the ledger; pruned after (store.prune_settled).
     ledger_retention: timedelta = DEFAULT_LEDGER_RETENTION
+    # How long the lease outlasts the send window (engine.fence); None: the proxy's.
+    lease_grace: timedelta | None = None
+    # How long a duplicate waits for the request in flight before its 409.
+    in_flight_wait: timedelta = DEFAULT_IN_FLIGHT_WAIT
 
     @property
     def downstream_header(self) -> str | None:

@@ -20,7 +20,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from ipaddress import IPv4Network, IPv6Network, ip_network
 from typing import Annotated
-from urllib.parse import urlsplit
 
 from pydantic import AfterValidator, StringConstraints
 
@@ -97,24 +96,6 @@ def _checked_rule(value: str) -> str:
 EgressRuleText = Annotated[
     str, StringConstraints(min_length=1), AfterValidator(_checked_rule)
 ]
-
-
-def dsn_authorities(dsn: str | None) -> list[str]:
-    """host:port of each server in a PostgreSQL URL (several with ``h1,h2:5433``);
-    a Unix socket or an unreadable URL gives none: it is not reachable over TCP."""
-    if not dsn:
-        return []
-    parts = urlsplit(dsn)
-    hosts = parts.netloc.rpartition("@")[2]
-    found = []
-    for item in filter(None, hosts.split(",")):
-        try:
-            host, port = split_authority(item)
-        except ValueError:
-            continue
-        if host and not host.startswith("/"):
-            found.append(f"{host}:{port or 5432}")
-    return found
 
 
 def default_rules(

@@ -177,6 +177,8 @@ def _contract(section: ContractSection) -> Contract:
         retry_limit=section.retry_limit,
         operation_key_header=section.operation_key_header,
         ledger_retention=section.ledger_retention or DEFAULT_LEDGER_RETENTION,
+        lease_grace=section.lease_grace,
+        in_flight_wait=section.in_flight_wait,
     )
     if isinstance(section, IdempotentContract):
         if section.ledger_retention is None:  # the default never undercuts the key's

@@ -25,6 +25,7 @@ from pydantic import (
 )
 
 from effect_broker.config.contracts import (
+    DEFAULT_IN_FLIGHT_WAIT,
     DEFAULT_OPERATION_KEY_HEADER,
     DEFAULT_RETRY_LIMIT,
     DEFAULT_TIMEOUT,
@@ -108,6 +109,19 @@ class ContractBase(Section):
     )
     retry_limit: int = Field(
         DEFAULT_RETRY_LIMIT, ge=0, description="Attempts the reconciler may add."
+    )
+    lease_grace: Optional[Duration] = Field(
+        None,
+        description="How long an attempt's lease outlasts its last moment to start "
+        "sending (default: proxy's EFFECT_BROKER_LEASE_GRACE, 5s). A proxy held up "
+        "past that moment sends nothing; longer survives longer pauses between the "
+        "check and the write, at the price of a later takeover of a dead sender.",
+    )
+    in_flight_wait: Duration = Field(
+        DEFAULT_IN_FLIGHT_WAIT,
+        description="How long a request with the key of one in flight waits for its "
+        "answer (and gets it as a replay) before a 409; a client's Prefer: wait=N "
+        "(RFC 7240, at most 60s) overrides it for its own request. 0s: answer at once.",
     )
     ledger_retention: Optional[Duration] = Field(
         None,

@@ -103,7 +103,8 @@ class Settings(BaseSettings):
     lease_grace: timedelta = Field(
         timedelta(seconds=5),
         description="How long past a contract's timeout a dispatch lease lasts before "
-        "the reconciler may treat its holder as dead.",
+        "the reconciler may treat its holder as dead; a sender held up past the lease "
+        "minus this grace sends nothing (503 send-withheld). Per contract: lease_grace.",
     )
     upstream_connections: int = Field(
         100,

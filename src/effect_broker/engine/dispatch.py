@@ -9,6 +9,7 @@ lookup, operator, or the proxy giving up). Every write is fenced by the effect's
 
 from __future__ import annotations
 
+import logging
 import random
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -17,6 +18,7 @@ from typing import Any
 
 from effect_broker import failpoints
 from effect_broker.config.contracts import Contract, Route
+from effect_broker.engine.fence import SendWindow
 from effect_broker.engine.lookup import (
     Finding,
     Kit,
@@ -41,7 +43,11 @@ from effect_broker.headers import upstream_request_headers
 from effect_broker.models import Effect, EffectStatus, ReceiptSource, SafetyClass
 from effect_broker.state_machine import TERMINAL
 
+log = logging.getLogger("effect_broker.engine")
+
 TRUNCATED_HEADER = "Effect-Receipt-Truncated"
+# Why an attempt that proves nothing was sent still leaves the effect unknown.
+EARLIER_UNKNOWN = "an earlier attempt's outcome is still unknown"
 # A kit's answer carries a stored response base64-encoded inside JSON: room for that.
 _KIT_ANSWER_SLACK = 64 * 1024
 
@@ -123,18 +129,34 @@ class Dispatcher:
     def lease_for(self, contract: Contract) -> timedelta:
         """How long a dispatch may run before its holder counts as dead: the queue for
         a free connection, the contract's timeout, and a grace for the ledger write."""
-        return self._slots.queue_timeout + contract.timeout + self._lease_grace
+        return self._slots.queue_timeout + contract.timeout + self.grace_for(contract)
+
+    def grace_for(self, contract: Contract) -> timedelta:
+        return contract.lease_grace or self._lease_grace
+
+    def window_for(self, contract: Contract) -> SendWindow:
+        """The send window of a lease about to be asked for (call it *before* the
+        write that takes the lease): its first byte may leave only inside it."""
+        return SendWindow.asking_now(self.lease_for(contract), self.grace_for(contract))
 
     async def send_started(
-        self, effect: Effect, contract: Contract, request: StoredRequest
+        self,
+        effect: Effect,
+        contract: Contract,
+        request: StoredRequest,
+        window: SendWindow,
+        *,
+        after_unknown: bool = False,
     ) -> Dispatched:
         """Send for an effect this worker already holds in DISPATCHING (its attempt and
-        lease committed), then settle it."""
+        lease committed, ``window`` taken before the lease was asked for), then settle
+        it. ``after_unknown``: an earlier attempt's outcome is unknown, so nothing this
+        one proves can make the effect "provably never sent" again."""
         failpoints.hit(failpoints.BEFORE_UPSTREAM_SEND)
         protocol = self._protocols.get(effect.route)
         # (None first: isinstance against a runtime-checkable Protocol is slow.)
         watch = (
-            protocol.watch()
+            protocol.watch(request)
             if protocol is not None and isinstance(protocol, CutsShort)
             else None
         )
@@ -149,13 +171,16 @@ class Dispatcher:
                     timeout=contract.timeout,
                     max_body=self._max_receipt_bytes,
                     watch=watch,
+                    window=window,
                 )
         except NoFreeSlot as exc:
             attempt = AttemptResult(Delivery.NOT_SENT, detail=str(exc), saturated=True)
         failpoints.hit(failpoints.AFTER_UPSTREAM_RESPONSE)
         self.metrics.attempts.labels(effect.route, attempt.delivery.value).inc()
+        if attempt.withheld:
+            log.warning("effect %s: %s", effect.effect_id, attempt.detail)
         try:
-            settled = await self._settle(effect, contract, attempt)
+            settled = await self._settle(effect, contract, attempt, after_unknown)
         except BaseException:
             attempt.release()
             raise
@@ -164,8 +189,16 @@ class Dispatcher:
         return Dispatched(settled, attempt)
 
     async def _settle(
-        self, effect: Effect, contract: Contract, attempt: AttemptResult
+        self,
+        effect: Effect,
+        contract: Contract,
+        attempt: AttemptResult,
+        after_unknown: bool = False,
     ) -> Effect:
+        if attempt.delivery is Delivery.NOT_SENT and after_unknown:
+            return await self._mark_unknown(
+                effect, contract, f"{attempt.detail}; {EARLIER_UNKNOWN}"
+            )
         if attempt.delivery is Delivery.NOT_SENT:
             return await self._store.transition(
                 effect,
@@ -188,6 +221,10 @@ class Dispatcher:
             )
         else:
             next_status = status_after_answer(response.status, effect.safety)
+        if next_status is EffectStatus.RETRYABLE and after_unknown:
+            return await self._mark_unknown(
+                effect, contract, f"target answered {response.status}; {EARLIER_UNKNOWN}"
+            )
         if (
             next_status is EffectStatus.RETRYABLE
             and effect.attempts < contract.retry_limit

@@ -16,10 +16,11 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import time
 import uuid
 from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from effect_broker import failpoints
@@ -27,8 +28,9 @@ from effect_broker.canonical import downstream_key
 from effect_broker.config.contracts import Contract, Route
 from effect_broker.engine import resolution
 from effect_broker.engine.dispatch import Dispatcher, outgoing_request, wire_key
+from effect_broker.engine.fence import SendWindow
 from effect_broker.engine.messages import StoredRequest
-from effect_broker.engine.policy import Verdict, decide
+from effect_broker.engine.policy import DEFAULT_RETRY_AFTER, Verdict, decide
 from effect_broker.engine.resolution import ResolutionRequest
 from effect_broker.engine.results import (
     Answered,
@@ -49,12 +51,12 @@ from effect_broker.errors import (
     StoreUnavailable,
 )
 from effect_broker.models import (
+    AttemptTerms,
     Effect,
     EffectStatus,
     ReservationOutcome,
     SafetyClass,
 )
-from effect_broker.store import AttemptTerms
 
 log = logging.getLogger("effect_broker.engine")
 
@@ -73,6 +75,9 @@ class Intent:
     route: Route
     request: StoredRequest
     preview: Mapping[str, Any]
+    # How long a duplicate may wait for the request in flight: the client's
+    # ``Prefer: wait=N``, else (None) the contract's ``in_flight_wait``.
+    wait: timedelta | None = None
 
 
 class Engine:
@@ -101,6 +106,9 @@ class Engine:
         route, contract = intent.route, intent.route.contract
         effect_id = uuid.uuid4()
         sealed = seal_request(self._keyring, intent.tenant, effect_id, intent.request)
+        window = self._dispatcher.window_for(contract)  # before the lease is asked for
+        wait = contract.in_flight_wait if intent.wait is None else intent.wait
+        wait_until = time.monotonic() + wait.total_seconds()
         failpoints.hit(failpoints.BEFORE_RESERVE_COMMIT)
         reservation = await self._store.reserve(
             tenant_id=intent.tenant,
@@ -132,13 +140,29 @@ class Engine:
                 response = open_receipt(self._keyring, receipt, effect)
                 return Replayed(effect, response, receipt.source)
             return await self._fenced(
-                self._advance(effect, route, intent.request), effect
+                self._advance(
+                    effect,
+                    route,
+                    intent.request,
+                    seen_at=reservation.observed_at,
+                    wait_until=wait_until,
+                ),
+                effect,
             )
         if effect.status is EffectStatus.DISPATCHING:
             # Reserved and started in one commit: ours to send now.
-            return await self._fenced(self._send(effect, route, intent.request), effect)
+            return await self._fenced(
+                self._send(effect, route, intent.request, window), effect
+            )
         return await self._fenced(
-            self._advance(effect, route, intent.request, owned=True), effect
+            self._advance(
+                effect,
+                route,
+                intent.request,
+                owned=True,
+                seen_at=reservation.observed_at,
+            ),
+            effect,
         )
 
     # -- the reconciler -----------------------------------------------------------------
@@ -217,11 +241,25 @@ class Engine:
         request: StoredRequest | None,
         *,
         owned: bool = False,
+        seen_at: datetime | None = None,
+        wait_until: float | None = None,
     ) -> Outcome:
+        """Carry out the policy until there is something to answer.
+
+        Every decision is made on the database's clock, never this process's: the
+        latest time the ledger stamped on what was read or written (``seen_at`` for a
+        read that changed nothing, else the row's ``updated_at``). Leases and deadlines
+        are the database's times too, so two proxies with skewed clocks still agree on
+        when a lease has run out.
+
+        A duplicate of a request in flight waits, until ``wait_until`` on the monotonic
+        clock, for the effect to move, then decides again (a replay, once it settled).
+        """
         contract = route.contract
         upstream_seconds = 0.0
         while True:
-            decision = decide(effect, contract, datetime.now(UTC), owned=owned)
+            now = max(seen_at or effect.updated_at, effect.updated_at)
+            decision = decide(effect, contract, now, owned=owned)
             verdict, reason = decision.verdict, decision.reason
             if verdict is Verdict.REPLAY:
                 receipt = await self._store.receipt(effect.tenant_id, effect.effect_id)
@@ -231,7 +269,18 @@ class Engine:
                 outcome: Outcome = Replayed(effect, response, receipt.source)
             elif verdict is Verdict.IN_FLIGHT:
                 assert decision.retry_after is not None
-                outcome = Busy(effect, reason, decision.retry_after)
+                left = 0.0 if wait_until is None else wait_until - time.monotonic()
+                if left > 0:
+                    moved = await self.wiring.waiters.wait(effect, left)
+                    if moved is not None:
+                        effect = await self._store.get(effect.tenant_id, effect.effect_id)
+                        seen_at = moved.observed_at or seen_at
+                        continue
+                outcome = Busy(
+                    effect,
+                    reason,
+                    self._until_attempt_ends(decision.retry_after, contract),
+                )
             elif verdict is Verdict.WAIT_SETTLEMENT:
                 if owned:
                     effect = await self._release(effect, decision.retry_after)
@@ -287,16 +336,27 @@ class Engine:
                     INCONCLUSIVE_RETRY,
                 )
             else:
+                after_unknown = effect.status is EffectStatus.OUTCOME_UNKNOWN
+                window = self._dispatcher.window_for(contract)  # before the lease
                 effect = await self._dispatcher.start(effect, contract)
-                outcome = await self._send(effect, route, request)
+                outcome = await self._send(
+                    effect, route, request, window, after_unknown=after_unknown
+                )
             return dataclasses.replace(
                 outcome, upstream_seconds=outcome.upstream_seconds + upstream_seconds
             )
 
     async def _send(
-        self, effect: Effect, route: Route, request: StoredRequest | None
+        self,
+        effect: Effect,
+        route: Route,
+        request: StoredRequest | None,
+        window: SendWindow,
+        *,
+        after_unknown: bool = False,
     ) -> Outcome:
-        """Send an effect this engine holds in DISPATCHING (attempt and lease committed).
+        """Send an effect this engine holds in DISPATCHING (attempt and lease committed;
+        ``window`` taken before the lease was asked for).
 
         From here on bytes may reach the target: if the ledger cannot record the answer,
         the outcome is unknown, never "nothing was sent".
@@ -310,7 +370,7 @@ class Engine:
         )
         try:
             dispatched = await self._dispatcher.send_started(
-                effect, route.contract, outgoing
+                effect, route.contract, outgoing, window, after_unknown=after_unknown
             )
         except (StoreUnavailable, StoreError) as exc:
             log.warning("effect %s: sent, answer not recorded: %s", effect.effect_id, exc)
@@ -329,6 +389,7 @@ class Engine:
                 FENCED_RETRY,
                 saturated=attempt.saturated,
                 tls=attempt.tls,
+                withheld=attempt.withheld,
                 upstream_seconds=elapsed,
             )
         if settled.status is EffectStatus.OUTCOME_UNKNOWN:
@@ -341,7 +402,8 @@ class Engine:
         return Answered(settled, attempt, upstream_seconds=elapsed)
 
     async def _fenced(self, work: Awaitable[Outcome], effect: Effect) -> Outcome:
-        """Run ``work``; losing a compare-and-swap means someone else owns the effect."""
+        """Run ``work``; losing a compare-and-swap means someone else owns the effect.
+        Either way the work on it is over for now: duplicates waiting here look again."""
         try:
             return await work
         except StaleVersion:
@@ -350,6 +412,15 @@ class Engine:
                 "being handled by another request or worker right now",
                 FENCED_RETRY,
             )
+        finally:
+            self.wiring.waiters.notify(effect.effect_id)
+
+    def _until_attempt_ends(self, lease_left: timedelta, contract: Contract) -> timedelta:
+        """When to come back to an effect in flight: when its attempt's timeout runs out,
+        counted from its start (the lease without the queue wait and the grace), not
+        when its lease does; a duplicate that comes back earlier waits again."""
+        margin = self.lease_for(contract) - contract.timeout
+        return max(DEFAULT_RETRY_AFTER, lease_left - margin)
 
     async def _take_over(self, effect: Effect, contract: Contract) -> Effect:
         """Its holder died mid-flight: the outcome is unknown, and now it is ours."""

@@ -38,8 +38,10 @@ class TargetProtocol(Protocol):
 
 
 # One answer's watch: given its content type and each chunk as it arrives, a reason to
-# stop reading, or None to read on.
+# stop reading, or None to read on. The empty reason ``COMPLETE`` stops it too: the
+# answer is whole though its stream is still open.
 AnswerWatch = Callable[[str | None, bytes], str | None]
+COMPLETE = ""
 
 
 @runtime_checkable
@@ -49,8 +51,11 @@ class CutsShort(Protocol):
     its own (elicitation, sampling) on the call's stream and wait for the client's
     answer; a recorded call cannot relay it, so reading on would only wait for the
     timeout. A reason from the watch ends the read there: the answer so far is judged
-    as the complete one, and the reason becomes the attempt's detail."""
+    as the complete one, and the reason becomes the attempt's detail. The same server
+    may also send its whole answer and keep the stream open: ``COMPLETE`` then ends
+    the read with no detail, and the answer is judged at once."""
 
-    def watch(self) -> AnswerWatch:
-        """A fresh watch for one answer (it may keep state across chunks)."""
+    def watch(self, request: StoredRequest) -> AnswerWatch:
+        """A fresh watch for the answer to ``request`` (it may keep state across
+        chunks)."""
         ...

@@ -63,13 +63,15 @@ class NotSent(Result):
 
     ``saturated``: no connection was free within the queue bound (this proxy's limit),
     as opposed to the target refusing or being unreachable. ``tls``: the target's
-    certificate failed verification.
+    certificate failed verification. ``withheld``: the proxy was held up past the
+    attempt's send window and wrote nothing (``engine.fence``).
     """
 
     detail: str
     retry_after: timedelta
     saturated: bool = False
     tls: bool = False
+    withheld: bool = False
 
 
 class Unknowable(StrEnum):

@@ -4,8 +4,13 @@ aiohttp's error tree already separates "never connected" from "connected, then l
 ``ClientConnectorError`` (refused, DNS, TLS handshake) and a connect timeout mean no byte
 of the request left, so a retry is safe for any contract. Anything after that (a read
 timeout, a reset, a disconnect mid-response) means the target may have committed: the
-outcome is unknown. aiohttp never retries a POST on its own, and this module adds no
-retry either: the state machine owns retries.
+outcome is unknown. aiohttp would resend an idempotent method (PUT, DELETE, GET) once
+when a reused connection turns out closed; ``client_session`` turns that off, and this
+module adds no retry either: the state machine owns retries.
+
+Every connection the upstream client opens writes through a ``FencedTransport``: an
+attempt sent under a ``fence.SendWindow`` offers its first byte only while the window is
+open, and otherwise writes nothing at all (``Delivery.NOT_SENT``, ``withheld``).
 """
 
 from __future__ import annotations
@@ -13,16 +18,21 @@ from __future__ import annotations
 import asyncio
 import ssl
 import time
+from collections.abc import Awaitable, Iterable
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from datetime import timedelta
 from enum import StrEnum
 from pathlib import Path
+from typing import Any, cast
 
 import aiohttp
+from aiohttp.client_proto import ResponseHandler
+from aiohttp.client_reqrep import ClientRequest
 from opentelemetry.trace import INVALID_SPAN, Span, SpanKind, StatusCode
 from yarl import URL
 
+from effect_broker.engine.fence import SendWindow, current_window
 from effect_broker.engine.messages import StoredResponse
 from effect_broker.engine.protocol import AnswerWatch
 from effect_broker.headers import Headers, response_headers
@@ -49,6 +59,7 @@ class AttemptResult:
     timed_out: bool = False  # UNKNOWN because the contract's timeout ran out
     saturated: bool = False  # NOT_SENT because no connection to the target was free
     tls: bool = False  # NOT_SENT because the target's TLS certificate failed to verify
+    withheld: bool = False  # NOT_SENT because the attempt's lease might have run out
 
     def release(self) -> None:
         if self.overflow is not None:
@@ -64,19 +75,85 @@ def upstream_tls(extra_ca_file: Path | None = None) -> ssl.SSLContext:
     return context
 
 
+class SendWithheld(ConnectionResetError):
+    """The attempt's send window had closed before its first byte: nothing written."""
+
+
+class FencedTransport:
+    """A connection's transport that asks the current attempt's ``SendWindow`` before
+    every write; everything else is the wrapped transport's own.
+
+    The check sits at the last moment the proxy controls, the write into the socket,
+    because aiohttp writes a request's body from a task of its own after connecting:
+    a window checked any earlier leaves a pause of the sender unfenced.
+    """
+
+    __slots__ = ("_transport",)
+
+    def __init__(self, transport: asyncio.Transport) -> None:
+        self._transport = transport
+
+    def _admit(self) -> None:
+        window = current_window.get()
+        if window is not None and not window.admit():
+            self._transport.abort()
+            raise SendWithheld(
+                f"send withheld: the attempt's lease could have run out "
+                f"({window.late_by():.3f}s past its send window)"
+            )
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        self._admit()
+        self._transport.write(data)
+
+    def writelines(self, chunks: Iterable[bytes | bytearray | memoryview]) -> None:
+        self._admit()
+        self._transport.writelines(chunks)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._transport, name)
+
+
+class FencedConnector(aiohttp.TCPConnector):
+    """A TCP connector whose every new connection writes through a ``FencedTransport``
+    (a pooled connection keeps it; requests without a window write freely)."""
+
+    async def _create_connection(
+        self, req: ClientRequest, traces: list[Any], timeout: aiohttp.ClientTimeout
+    ) -> ResponseHandler:
+        protocol = await super()._create_connection(req, traces, timeout)
+        if protocol.transport is not None:
+            protocol.transport = cast(
+                asyncio.Transport, FencedTransport(protocol.transport)
+            )
+        return protocol
+
+
+def one_try(session: aiohttp.ClientSession) -> aiohttp.ClientSession:
+    """Turn off aiohttp's silent second try of an idempotent method on a reused
+    connection that the server had closed (RFC 9112 9.3.1 allows it; for an effect
+    it is a hidden retry, and the state machine owns retries). aiohttp has no public
+    switch for it."""
+    session._retry_connection = False
+    return session
+
+
 def client_session(
     *, limit: int = 100, tls: ssl.SSLContext | None = None
 ) -> aiohttp.ClientSession:
     """The upstream client: bodies passed through undecoded, no cookies, no env proxy,
-    certificates verified (``tls``, else the system trust store)."""
-    return aiohttp.ClientSession(
-        connector=aiohttp.TCPConnector(
-            limit=limit, ttl_dns_cache=60, ssl=tls or upstream_tls()
-        ),
-        auto_decompress=False,
-        cookie_jar=aiohttp.DummyCookieJar(),
-        trust_env=False,
-        skip_auto_headers=("User-Agent", "Accept-Encoding", "Accept", "Content-Type"),
+    certificates verified (``tls``, else the system trust store), one try per request,
+    every connection fenced."""
+    return one_try(
+        aiohttp.ClientSession(
+            connector=FencedConnector(
+                limit=limit, ttl_dns_cache=60, ssl=tls or upstream_tls()
+            ),
+            auto_decompress=False,
+            cookie_jar=aiohttp.DummyCookieJar(),
+            trust_env=False,
+            skip_auto_headers=("User-Agent", "Accept-Encoding", "Accept", "Content-Type"),
+        )
     )
 
 
@@ -90,11 +167,12 @@ async def send(
     timeout: timedelta,
     max_body: int,
     watch: AnswerWatch | None = None,
+    window: SendWindow | None = None,
 ) -> AttemptResult:
     """Send once and read at most ``max_body`` bytes of the answer, in a client span
     whose context the target receives. The URL is not an attribute: a lookup's URL
     carries the derived key, which no span may hold. ``watch`` may end the read early
-    (``protocol.CutsShort``)."""
+    (``protocol.CutsShort``); ``window`` fences the first byte (``fence``)."""
     target = URL(url, encoded=True)
     span_scope: AbstractContextManager[Span] = (
         nullcontext(INVALID_SPAN)
@@ -110,22 +188,48 @@ async def send(
             },
         )
     )
-    with span_scope as span:
-        result = await _send(
-            session,
-            method=method,
-            url=target,
-            headers=with_current_context(headers),
-            body=body,
-            timeout=timeout,
-            max_body=max_body,
-            watch=watch,
+    fenced = current_window.set(window)
+    try:
+        with span_scope as span:
+            result = await _sent_within(
+                window,
+                _send(
+                    session,
+                    method=method,
+                    url=target,
+                    headers=with_current_context(headers),
+                    body=body,
+                    timeout=timeout,
+                    max_body=max_body,
+                    watch=watch,
+                ),
+            )
+            if result.response is not None:
+                span.set_attribute("http.response.status_code", result.response.status)
+            else:
+                span.set_status(StatusCode.ERROR, result.delivery.value)
+            return result
+    finally:
+        current_window.reset(fenced)
+
+
+async def _sent_within(
+    window: SendWindow | None, sending: Awaitable[AttemptResult]
+) -> AttemptResult:
+    """What ``sending`` proved, unless the fence withheld its first byte: then nothing
+    left, whatever error aiohttp made of the refused write."""
+    result = await sending
+    if window is not None and window.withheld:
+        result.release()
+        return AttemptResult(
+            Delivery.NOT_SENT,
+            detail=f"send withheld: this attempt's lease could have run out before "
+            f"its first byte ({window.late_by():.3f}s past its send window), so "
+            "nothing was sent",
+            elapsed=result.elapsed,
+            withheld=True,
         )
-        if result.response is not None:
-            span.set_attribute("http.response.status_code", result.response.status)
-        else:
-            span.set_status(StatusCode.ERROR, result.delivery.value)
-        return result
+    return result
 
 
 async def _send(
@@ -216,7 +320,8 @@ async def _read_up_to(
     response: aiohttp.ClientResponse, limit: int, watch: AnswerWatch | None = None
 ) -> tuple[bytes, str | None]:
     """Read until EOF, ``limit`` bytes, or ``watch`` gives a reason (returned with the
-    bytes); a body that ends early raises ClientPayloadError."""
+    bytes; the empty ``protocol.COMPLETE`` too); a body that ends early raises
+    ClientPayloadError."""
     payload = bytearray()
     content_type = response.headers.get("Content-Type")
     while len(payload) < limit:
@@ -224,7 +329,7 @@ async def _read_up_to(
         if not chunk:
             break
         payload += chunk
-        if watch is not None and (reason := watch(content_type, chunk)):
+        if watch is not None and (reason := watch(content_type, chunk)) is not None:
             return bytes(payload), reason
     return bytes(payload), None
 

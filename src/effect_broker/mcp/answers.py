@@ -26,12 +26,13 @@ from dataclasses import replace
 from effect_broker.config.contracts import Contract
 from effect_broker.engine.messages import StoredRequest, StoredResponse
 from effect_broker.engine.outcomes import status_after_answer
-from effect_broker.engine.protocol import AnswerWatch
+from effect_broker.engine.protocol import COMPLETE, AnswerWatch
 from effect_broker.mcp.jsonrpc import (
     INVALID_PARAMS,
     INVALID_REQUEST,
     METHOD_NOT_FOUND,
     PARSE_ERROR,
+    RequestId,
     ServerRequestWatch,
     find_response,
 )
@@ -91,13 +92,16 @@ class McpProtocol:
             return EffectStatus.RETRYABLE
         return EffectStatus.OUTCOME_UNKNOWN
 
-    def watch(self) -> AnswerWatch:
-        """Stop reading at a server-to-client request (``engine.protocol.CutsShort``)."""
-        found = ServerRequestWatch()
+    def watch(self, request: StoredRequest) -> AnswerWatch:
+        """Stop reading at a server-to-client request, or at the response for the
+        call's id, whether or not the stream goes on (``engine.protocol.CutsShort``)."""
+        found = ServerRequestWatch(_call_id(request))
 
         def watch(content_type: str | None, chunk: bytes) -> str | None:
             method = found(content_type, chunk)
-            return None if method is None else SERVER_REQUEST_CUT + method[:80]
+            if method is not None:
+                return SERVER_REQUEST_CUT + method[:80]
+            return COMPLETE if found.answered else None
 
         return watch
 
@@ -113,3 +117,16 @@ class McpProtocol:
         params["arguments"] = {**params.get("arguments", {}), argument: downstream_key}
         body = json.dumps({**message, "params": params}).encode()
         return replace(request, body=body)
+
+
+def _call_id(request: StoredRequest) -> RequestId | None:
+    """The JSON-RPC id of the ``tools/call`` sent (the proxy built its body, so it
+    parses; None, answered by any response, if it somehow does not)."""
+    try:
+        message = json.loads(request.body)
+    except (ValueError, RecursionError):
+        return None
+    request_id = message.get("id") if isinstance(message, dict) else None
+    if isinstance(request_id, bool) or not isinstance(request_id, str | int):
+        return None
+    return request_id

@@ -15,7 +15,9 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Mapping
-from typing import Any
+from datetime import timedelta
+from typing import Any, Protocol
+from uuid import UUID
 
 import aiohttp
 from aiohttp import web
@@ -32,10 +34,17 @@ from effect_broker.errors import (
     EffectBrokerError,
     InvalidMcpMessage,
     RouteRefused,
+    StoreError,
+    StoreUnavailable,
 )
 from effect_broker.headers import upstream_request_headers
 from effect_broker.mcp import forward as passing
-from effect_broker.mcp.inflight import CallScope, InFlightCalls, cancelled_call
+from effect_broker.mcp.inflight import (
+    CallScope,
+    InFlightCalls,
+    call_key,
+    cancelled_call,
+)
 from effect_broker.mcp.jsonrpc import (
     BODY_TOO_LARGE,
     TOOL_REFUSED,
@@ -54,12 +63,34 @@ from effect_broker.problems import jsonrpc_problem
 
 log = logging.getLogger("effect_broker.mcp")
 
+# How long a call's row in the ledger's shared table counts, in the call's leases: a
+# call sends once, after at most one probe or lookup of an earlier attempt, each
+# bounded by the contract's timeout. Only a dead worker's rows ever run out.
+SHARED_CALL_LEASES = 2
+
+
+class RunningCallsTable(Protocol):
+    """The ledger's table of recorded calls running on any worker (the store's)."""
+
+    async def begin_mcp_call(self, call_key: bytes, *, expires_in: timedelta) -> UUID: ...
+
+    async def end_mcp_call(self, running_id: UUID) -> None: ...
+
+    async def mcp_call_running(self, call_key: bytes) -> bool: ...
+
 
 class McpEndpoint:
     """Serves every MCP route of a proxy; one per process, built by the runtime."""
 
-    def __init__(self, engine: Engine, *, max_request_bytes: int) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        *,
+        running_calls: RunningCallsTable,
+        max_request_bytes: int,
+    ) -> None:
         self.engine = engine
+        self.running_calls = running_calls
         self.session: aiohttp.ClientSession = engine.wiring.session
         self.injected: Mapping[str, Mapping[str, str]] = engine.wiring.injected
         self.max_request_bytes = max_request_bytes
@@ -99,7 +130,7 @@ class McpEndpoint:
                 self.session, request, route, url, inject, body, message.id
             )
         cancelled = cancelled_call(message)
-        if cancelled is not None and self.in_flight.running(
+        if cancelled is not None and await self._recorded_call_running(
             _scope(request, route, tenant), cancelled
         ):
             return _withheld(route, cancelled)
@@ -173,13 +204,52 @@ class McpEndpoint:
             request=stored,
             preview=_preview(path, call.name, body),
         )
-        token = self.in_flight.begin(_scope(request, route, tenant), call.id)
-        task = asyncio.ensure_future(self.engine.submit(intent))
+        scope = _scope(request, route, tenant)
+        token = self.in_flight.begin(scope, call.id)
+        shared_for = self.engine.lease_for(contract) * SHARED_CALL_LEASES
+        task = asyncio.ensure_future(
+            self._submit_shared(intent, call_key(scope, call.id), shared_for)
+        )
         self._running.add(task)
         task.add_done_callback(self._running.discard)
         task.add_done_callback(lambda _: self.in_flight.end(token))
         outcome = await asyncio.shield(task)
         return await render(outcome, call.id, request)
+
+    async def _submit_shared(
+        self, intent: Intent, key: bytes, expires_in: timedelta
+    ) -> Outcome:
+        """The engine's work on a call, noted in the ledger's table of running calls
+        first (committed before the request may leave), so every worker withholds
+        its cancellations; the row goes when the work ends, whatever the client did."""
+        running_id = await self.running_calls.begin_mcp_call(key, expires_in=expires_in)
+        try:
+            return await self.engine.submit(intent)
+        finally:
+            try:
+                await self.running_calls.end_mcp_call(running_id)
+            except (StoreUnavailable, StoreError) as exc:
+                log.warning(
+                    "a settled MCP call stays in the running-call table until it "
+                    "expires (%s): its id's cancellations are withheld until then",
+                    exc.message,
+                )
+
+    async def _recorded_call_running(
+        self, scope: CallScope, request_id: RequestId
+    ) -> bool:
+        """Whether a cancellation names a recorded call running here or on any worker
+        of this ledger. When the ledger cannot say, it is withheld: that only lets a
+        call that was not recorded run to its end."""
+        if self.in_flight.running(scope, request_id):
+            return True
+        try:
+            return await self.running_calls.mcp_call_running(call_key(scope, request_id))
+        except (StoreUnavailable, StoreError) as exc:
+            log.warning(
+                "withheld a cancellation the ledger could not check (%s)", exc.message
+            )
+            return True
 
     async def _read_body(self, request: web.Request) -> bytes:
         limit = self.max_request_bytes

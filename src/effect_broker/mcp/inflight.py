@@ -7,7 +7,9 @@ although nothing had gone wrong. The product's rule is that a client going away 
 not cancel the upstream call, so the proxy answers such a notification itself when it
 names a call it is recording. To tell those from cancellations of read-only or
 pass-through calls (which may be cancelled), it needs to know which calls are in
-flight, by session and id: that is this table. No I/O.
+flight, by session and id: that is this table, for the calls of this process. The
+ledger keeps the same keys (``call_key``) for every worker, since a cancellation may
+reach another worker than the call did. No I/O.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import json
 from collections import Counter
 from dataclasses import dataclass
 
-from effect_broker.mcp.jsonrpc import Message, RequestId
+from effect_broker.mcp.jsonrpc import Message, RequestId, correlated_id
 
 CANCELLED = "notifications/cancelled"
 # Far more recorded calls than a proxy runs at once; past it, see ``InFlightCalls``.
@@ -53,7 +55,7 @@ class InFlightCalls:
 
     def begin(self, scope: CallScope, request_id: RequestId) -> bytes | None:
         """Note a call as running; the returned token is given back to ``end``."""
-        key = _key(scope, request_id)
+        key = call_key(scope, request_id)
         if key in self._calls or len(self._calls) < self._limit:
             self._calls[key] += 1
             return key
@@ -69,7 +71,7 @@ class InFlightCalls:
             del self._calls[token]
 
     def running(self, scope: CallScope, request_id: RequestId) -> bool:
-        return self._untracked > 0 or _key(scope, request_id) in self._calls
+        return self._untracked > 0 or call_key(scope, request_id) in self._calls
 
     def __len__(self) -> int:
         return sum(self._calls.values()) + self._untracked
@@ -87,7 +89,7 @@ def cancelled_call(message: Message) -> RequestId | None:
     return request_id
 
 
-def _key(scope: CallScope, request_id: RequestId) -> bytes:
-    """A digest that keeps ``1`` and ``"1"`` apart, as JSON-RPC does."""
-    document = [scope.tenant, scope.route, scope.session, request_id]
+def call_key(scope: CallScope, request_id: RequestId) -> bytes:
+    """A fixed-size digest of a call's scope and its id as the SDKs correlate it."""
+    document = [scope.tenant, scope.route, scope.session, correlated_id(request_id)]
     return hashlib.sha256(json.dumps(document).encode()).digest()

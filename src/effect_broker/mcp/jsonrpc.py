@@ -193,6 +193,20 @@ def forwarded_body(message: Message, arguments: dict[str, Any]) -> bytes:
     return json.dumps({**message.body, "params": params}).encode()
 
 
+def correlated_id(request_id: RequestId) -> RequestId:
+    """The id as the MCP SDKs correlate it: a string that Python's ``int`` reads as an
+    integer (``"2"``, ``" 2"``, ``"+2"``) is that integer. JSON-RPC itself keeps ``2``
+    and ``"2"`` apart, but a server built on the official SDK takes a cancellation
+    naming ``"2"`` for its running call ``2``; so must the proxy, or it forwards a
+    cancellation that stops a recorded call halfway."""
+    if isinstance(request_id, str):
+        try:
+            return int(request_id)
+        except ValueError:  # not an integer (or longer than Python reads): a string
+            return request_id
+    return request_id
+
+
 def find_response(content_type: str | None, body: bytes) -> dict[str, Any] | None:
     """The JSON-RPC response in an answer sent as JSON or as an SSE stream."""
     if _is_sse(content_type):
@@ -205,18 +219,26 @@ def find_response(content_type: str | None, body: bytes) -> dict[str, Any] | Non
 
 
 class ServerRequestWatch:
-    """Watches one SSE answer to a ``tools/call``, chunk by chunk, for a request the
-    server sends the client mid-call (``elicitation/create``, ``sampling/createMessage``,
-    ``roots/list``) before any response: the server then waits for the client's answer,
-    which a recorded call cannot relay. Returns that request's method the first time
-    it appears; notifications (progress, logs) and anything after the response pass."""
+    """Watches one SSE answer to a ``tools/call``, chunk by chunk, for two things.
 
-    def __init__(self) -> None:
+    A request the server sends the client mid-call (``elicitation/create``,
+    ``sampling/createMessage``, ``roots/list``) before any response: the server then
+    waits for the client's answer, which a recorded call cannot relay. Its method is
+    returned the first time it appears; notifications (progress, logs) pass.
+
+    The response for the call's own id (``call_id``; any response when it is None):
+    it is the whole answer, so ``answered`` turns true and the reader may stop there.
+    A server may keep the stream open after it, and waiting for the end would only
+    wait for the timeout and lose an answer already received.
+    """
+
+    def __init__(self, call_id: RequestId | None = None) -> None:
         self._pending = b""  # the stream's bytes after its last complete event
-        self._answered = False
+        self._call_id = None if call_id is None else correlated_id(call_id)
+        self.answered = False
 
     def __call__(self, content_type: str | None, chunk: bytes) -> str | None:
-        if self._answered or not _is_sse(content_type):
+        if self.answered or not _is_sse(content_type):
             return None
         text = (self._pending + chunk).replace(b"\r\n", b"\n")
         complete, _, self._pending = text.rpartition(b"\n\n")
@@ -228,12 +250,21 @@ class ServerRequestWatch:
             if not isinstance(value, dict):
                 continue
             if "result" in value or "error" in value:
-                self._answered = True
-                return None
+                if self._answers_the_call(value.get("id")):
+                    self.answered = True
+                    return None
+                continue
             method = value.get("method")
             if isinstance(method, str) and "id" in value:
                 return method
         return None
+
+    def _answers_the_call(self, response_id: object) -> bool:
+        if self._call_id is None:
+            return True
+        if isinstance(response_id, bool) or not isinstance(response_id, str | int):
+            return False
+        return correlated_id(response_id) == self._call_id
 
 
 def _is_sse(content_type: str | None) -> bool:

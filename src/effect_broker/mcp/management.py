@@ -5,18 +5,27 @@ receipt, and ask for a reconciliation. Every tool goes through ``EffectsClient``
 the admin token, so tenancy and authorization are decided by the admin API, in one
 place, exactly as for the CLI. There is deliberately no resolve tool: settling an
 unknown effect takes a person's evidence, not a model's guess.
+
+Over stdio the caller is the process that started the server. Over HTTP anyone who
+reaches the port would otherwise hold the admin token's power (decrypted receipts
+included), so ``BearerGate`` lets through only requests that carry that same token.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hmac
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+import uvicorn
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from effect_broker.client import AdminProblem, AdminUnreachable, EffectsClient
+from effect_broker.errors import Unauthorized
+from effect_broker.problems import PROBLEM_JSON, problem
 
 T = TypeVar("T")
 UNKNOWN_STATUSES = ("outcome_unknown", "manual_review")
@@ -73,3 +82,77 @@ def build_management_server(client: EffectsClient) -> MCPServer:
         return await _admin(lambda: client.reconcile(effect_id))
 
     return server
+
+
+REALM = 'Bearer realm="effect-broker-mcp"'
+
+
+class BearerGate:
+    """ASGI middleware in front of the Streamable HTTP app: every HTTP request must
+    carry ``Authorization: Bearer <token>`` with the admin token this server calls the
+    admin API with; anything else is a 401 problem document and reaches no tool."""
+
+    def __init__(self, app: ASGIApp, token: str) -> None:
+        if not token.strip():
+            raise ValueError("a blank token would let every caller in")
+        self.app = app
+        self._token = token.encode()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":  # the app's own start and stop
+            await self.app(scope, receive, send)
+            return
+        if scope["type"] != "http":  # a websocket: not part of MCP, and not checked
+            await send({"type": "websocket.close", "code": 1008})
+            return
+        refusal = self._refusal(scope)
+        if refusal is None:
+            await self.app(scope, receive, send)
+            return
+        error, invalid = refusal
+        answer = problem(error)
+        challenge = REALM + (', error="invalid_token"' if invalid else "")
+        headers = {
+            **answer.headers,
+            "Content-Type": PROBLEM_JSON,
+            "Content-Length": str(len(answer.body)),
+            "WWW-Authenticate": challenge,
+        }
+        await send(
+            {
+                "type": "http.response.start",
+                "status": answer.status,
+                "headers": [
+                    (name.lower().encode("latin-1"), value.encode("latin-1"))
+                    for name, value in headers.items()
+                ],
+            }
+        )
+        await send({"type": "http.response.body", "body": answer.body})
+
+    def _refusal(self, scope: Scope) -> tuple[Unauthorized, bool] | None:
+        """None when the request carries the token; else the error and whether a
+        token was sent (and is wrong)."""
+        written = b""
+        for name, value in scope.get("headers", ()):
+            if name.lower() == b"authorization":
+                written = bytes(value)
+        scheme, _, credentials = written.partition(b" ")
+        credentials = credentials.strip()
+        if scheme.lower() != b"bearer" or not credentials:
+            return (
+                Unauthorized(
+                    "send `Authorization: Bearer <EFFECT_BROKER_ADMIN_TOKEN>`: this "
+                    "management server answers only the admin token it was started with"
+                ),
+                False,
+            )
+        if not hmac.compare_digest(credentials, self._token):
+            return Unauthorized("the bearer token is not the admin token"), True
+        return None
+
+
+def serve_http(server: MCPServer, *, token: str, host: str, port: int) -> None:
+    """Serve Streamable HTTP at ``/mcp`` on ``host:port``, behind ``BearerGate``."""
+    app = BearerGate(server.streamable_http_app(host=host), token)
+    uvicorn.run(app, host=host, port=port, log_level="info")

@@ -31,6 +31,7 @@ from effect_broker.errors import (
     OutcomeUnknown,
     PayloadMismatch,
     ResolvedByOperator,
+    SendWithheld,
     UpstreamUnreachable,
 )
 from effect_broker.mcp.answers import SERVER_REQUEST_CUT, content_type
@@ -91,6 +92,16 @@ async def render(
                 effect,
                 request_id,
                 IN_FLIGHT,
+                retry_after=retry_after,
+            )
+        case NotSent(detail=detail, retry_after=retry_after, withheld=True):
+            return _error(
+                SendWithheld(
+                    f"{detail}; calling again with the same operation key is safe"
+                ),
+                effect,
+                request_id,
+                NOT_SENT,
                 retry_after=retry_after,
             )
         case NotSent(detail=detail, retry_after=retry_after):

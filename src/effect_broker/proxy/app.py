@@ -18,6 +18,7 @@ from effect_broker.errors import (
     BodyTooLarge,
     EffectBrokerError,
     MalformedRequest,
+    MisdirectedRequest,
     ProxyAuthenticationRequired,
     RequestTimeout,
     RouteNotFound,
@@ -77,13 +78,22 @@ def request_path(request: web.Request) -> RequestPath:
 
 
 def is_forward(request: web.Request) -> bool:
-    """Forward mode: absolute form, which every request in an intercepted tunnel has
-    been rewritten to unless it named a host of its own (refused: fail closed)."""
-    if tunnel_of(request) is not None and not is_absolute_form(request):
-        raise MalformedRequest(
-            "inside a CONNECT tunnel the request target must be a path (origin form), "
-            f"not {printable(request.raw_path[:100])!r}"
-        )
+    """Forward mode: absolute form. Inside an intercepted tunnel every request has been
+    rewritten to it on the tunnel's own origin; one left naming another origin, or in
+    no form the tunnel can serve, is refused (fail closed: nothing is sent)."""
+    tunnel = tunnel_of(request)
+    if tunnel is not None:
+        if not is_absolute_form(request):
+            raise MalformedRequest(
+                "inside a CONNECT tunnel the request target must be a path (origin "
+                f"form), not {printable(request.raw_path[:100])!r}"
+            )
+        if not tunnel.owns(request.raw_path):
+            raise MisdirectedRequest(
+                f"this tunnel goes to {tunnel.authority}; a request inside it cannot "
+                f"name {printable(request.raw_path[:100])!r}. Send it through a "
+                "CONNECT to its own host, or as a plain request to the proxy"
+            )
     return is_absolute_form(request)
 
 

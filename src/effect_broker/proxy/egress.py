@@ -33,7 +33,7 @@ from effect_broker.config.hosts import (
     host_of_address,
     lookup_refusal,
 )
-from effect_broker.engine.upstream import upstream_tls
+from effect_broker.engine.upstream import one_try, upstream_tls
 from effect_broker.errors import EgressRefused, MalformedRequest
 from effect_broker.proxy.edge_input import printable
 
@@ -116,18 +116,26 @@ class EgressGuard:
         self, *, limit: int, tls: ssl.SSLContext | None = None
     ) -> aiohttp.ClientSession:
         """The pass-through client: every name goes through ``CheckingResolver``, and
-        certificates are verified like the effects' (``tls``, else the system store)."""
-        return aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(
-                limit=limit,
-                resolver=CheckingResolver(self),
-                use_dns_cache=False,
-                ssl=tls or upstream_tls(),
-            ),
-            auto_decompress=False,
-            cookie_jar=aiohttp.DummyCookieJar(),
-            trust_env=False,
-            skip_auto_headers=("User-Agent", "Accept-Encoding", "Accept", "Content-Type"),
+        certificates are verified like the effects' (``tls``, else the system store),
+        and a request is tried once (what the client sees is what the target said)."""
+        return one_try(
+            aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(
+                    limit=limit,
+                    resolver=CheckingResolver(self),
+                    use_dns_cache=False,
+                    ssl=tls or upstream_tls(),
+                ),
+                auto_decompress=False,
+                cookie_jar=aiohttp.DummyCookieJar(),
+                trust_env=False,
+                skip_auto_headers=(
+                    "User-Agent",
+                    "Accept-Encoding",
+                    "Accept",
+                    "Content-Type",
+                ),
+            )
         )
 
 

@@ -2,13 +2,16 @@
 
 With a CA configured, ``CONNECT api.stripe.com:443`` to a guarded host is answered
 ``200 Connection Established`` and the proxy, not the origin, completes the client's TLS
-handshake: its leaf certificate for the SNI name (or the CONNECT host when the client
-sends none) is minted on demand, signed by the local CA and cached per host. The
+handshake: its leaf certificate for the CONNECT host, and only that host, is minted on
+demand, signed by the local CA and cached per host. A client whose SNI names another
+host (or a wildcard) gets no certificate: the handshake is refused. The
 decrypted connection is then served by aiohttp like any other, by a request handler
 that rewrites each request's target to ``https://<tunnel authority><path>``: from there
 on it is an ordinary absolute-form request, so routing, the ledger, replay and
 pass-through all run exactly as in forward mode, and upstream is always the tunnel's
-authority, whatever ``Host`` the client wrote inside the tunnel.
+authority, whatever ``Host`` the client wrote inside the tunnel. An absolute-form target
+is accepted only on the tunnel's own origin; one naming any other is answered 421
+``misdirected-request`` and goes nowhere (it would leave unrecorded otherwise).
 
 In gateway mode the CONNECT itself must carry ``Proxy-Authorization``: the tenant it
 names owns every effect inside the tunnel (the requests inside carry no proxy
@@ -22,6 +25,7 @@ import datetime
 import logging
 import ssl
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,6 +35,7 @@ from aiohttp.http_parser import RawRequestMessage
 from cryptography.hazmat.primitives import serialization
 from yarl import URL
 
+from effect_broker.config.hosts import canonical_host, split_authority
 from effect_broker.errors import (
     EffectBrokerError,
     MalformedRequest,
@@ -96,22 +101,38 @@ class LeafContexts:
                 )
             )
             context.load_cert_chain(chain, key)
-        context.sni_callback = self._select
+        context.sni_callback = _only(host)
         self._contexts.pop(label, None)
         while len(self._contexts) >= MAX_CACHED_LEAVES:
             del self._contexts[next(iter(self._contexts))]  # the oldest minted
         self._contexts[label] = (context, certificate.not_valid_after_utc)
         return context
 
-    def _select(
-        self, connection: ssl.SSLObject, server_name: str | None, _: ssl.SSLContext
-    ) -> None:
-        """SNI: answer with a leaf for the name the client asked for."""
-        if server_name is None:
-            return  # keep the CONNECT host's leaf
-        host = host_name(server_name)
-        if host is not None:
-            connection.context = self.for_host(host)
+
+def _only(
+    host: str | IPAddress,
+) -> Callable[[ssl.SSLObject, str | None, Any], int | None]:
+    """The SNI check of a leaf's context: the client may name the CONNECT host (in any
+    spelling ``host_name`` folds) or send no name; any other name ends the handshake.
+
+    Answering another name with a leaf for it would let a client inside a tunnel to a
+    watched host get the proxy's CA to vouch for any host at all, and the requests in
+    the tunnel go to the CONNECT host whatever name the handshake used.
+    """
+
+    def check(_: ssl.SSLObject, server_name: str | None, __: Any) -> int | None:
+        if server_name is None or host_name(server_name) == host:
+            return None
+        quiet.warning(
+            "sni",
+            "TLS handshake in a tunnel to %s named %r: refused, a leaf is only "
+            "signed for the host the CONNECT named",
+            host,
+            server_name[:100],
+        )
+        return ssl.ALERT_DESCRIPTION_UNRECOGNIZED_NAME
+
+    return check
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,6 +141,36 @@ class Tunnel:
 
     authority: str  # host:port from the CONNECT line, IPv6 in brackets
     tenant: str | None  # the gateway tenant named on the CONNECT; None for a sidecar
+
+    @property
+    def origin(self) -> str:
+        return f"https://{self.authority}"
+
+    def owns(self, target: str) -> bool:
+        """Whether an absolute-form ``target`` names this tunnel's own origin: https,
+        the CONNECT host in any spelling, and its port (443 when none is written)."""
+        scheme, sep, rest = target.partition("://")
+        if not sep or scheme.lower() != "https":
+            return False
+        try:
+            host, port = split_authority(_authority_of(rest).rpartition("@")[2])
+            tunnel_host, tunnel_port = split_authority(self.authority)
+        except ValueError:
+            return False
+        same_host = canonical_host(host) == canonical_host(tunnel_host)
+        return same_host and (port or 443) == (tunnel_port or 443)
+
+
+def _authority_of(rest: str) -> str:
+    """The authority of an absolute-form target after its ``scheme://``."""
+    ends = [rest.find(mark) for mark in "/?#" if mark in rest]
+    return rest[: min(ends)] if ends else rest
+
+
+def _path_of(rest: str) -> str:
+    """The path and query of an absolute-form target after its ``scheme://``."""
+    path = rest[len(_authority_of(rest)) :].partition("#")[0]
+    return path if path.startswith("/") else "/" + path
 
 
 class TunnelRequestHandler(EdgeRequestHandler):
@@ -142,11 +193,14 @@ class TunnelRequestHandler(EdgeRequestHandler):
 
     def _in_tunnel(self, message: RawRequestMessage) -> RawRequestMessage:
         path = message.path
-        if not path.startswith("/"):
-            # Absolute form inside a tunnel names a host the tunnel does not go to;
-            # ``tunnel_of`` callers refuse a request left in this form.
+        if path.startswith("/"):
+            target = f"{self.tunnel.origin}{path}"
+        elif self.tunnel.owns(path):
+            target = f"{self.tunnel.origin}{_path_of(path.partition('://')[2])}"
+        else:
+            # A target naming another origin (or none: ``*``) is left as written;
+            # ``is_forward`` refuses it before anything is routed, sent or recorded.
             return message
-        target = f"https://{self.tunnel.authority}{path}"
         return message._replace(path=target, url=URL(target, encoded=True))
 
 

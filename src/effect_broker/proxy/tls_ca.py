@@ -11,7 +11,8 @@ Certificates follow what strict verifiers (OpenSSL's X509_STRICT, which Python 3
 enables by default, and Node) require: the CA has critical basicConstraints and
 keyUsage and a subject key identifier; each leaf names its host only in subjectAltName
 (a DNS name, or an IP address for an IP literal), carries serverAuth and an authority
-key identifier.
+key identifier. A leaf names exactly one host, never a wildcard: the interception
+mints it only for the host a CONNECT named (and refuses any other SNI name).
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ LEAF_VALIDITY = datetime.timedelta(days=7)
 BACKDATE = datetime.timedelta(hours=1)  # tolerate clients whose clocks run behind
 CA_COMMON_NAME = "effect-broker local CA"
 _LABEL = r"(?!-)[a-z0-9-]{1,63}(?<!-)"
-_DNS_NAME = re.compile(rf"(?:\*\.)?{_LABEL}(?:\.{_LABEL})*")
+_DNS_NAME = re.compile(rf"{_LABEL}(?:\.{_LABEL})*")  # no wildcard, ever
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 
@@ -48,7 +49,8 @@ def _now() -> datetime.datetime:
 
 
 def host_name(text: str) -> str | IPAddress | None:
-    """A host a leaf may name: an IP address, or a lower-cased DNS name; else None."""
+    """A host a leaf may name: an IP address, or a lower-cased DNS name; else None.
+    Never a wildcard: one leaf must not vouch for every name under a domain."""
     candidate = text.strip().strip("[]").rstrip(".").lower()
     try:
         return ipaddress.ip_address(candidate)
@@ -184,7 +186,13 @@ class CertificateAuthority:
         *,
         validity: datetime.timedelta = LEAF_VALIDITY,
     ) -> x509.Certificate:
-        """A server certificate for ``host`` (as returned by ``host_name``)."""
+        """A server certificate for ``host`` (as returned by ``host_name``): exactly
+        that one name, never a wildcard (``ValueError``)."""
+        if isinstance(host, str) and (host_name(host) != host or "*" in host):
+            raise ValueError(
+                f"{host!r}: the CA signs leaves for one exact host name, never a "
+                "wildcard or a name it would have to normalise"
+            )
         san: x509.GeneralName = (
             x509.DNSName(host) if isinstance(host, str) else x509.IPAddress(host)
         )

@@ -286,7 +286,9 @@ def _reservation(row: asyncpg.Record, request_hash: str) -> Reservation:
         outcome = ReservationOutcome.REPLAY
     else:
         outcome = ReservationOutcome.CONFLICT
-    return Reservation(outcome=outcome, effect=effect, receipt=receipt)
+    return Reservation(
+        outcome=outcome, effect=effect, receipt=receipt, observed_at=row["observed_at"]
+    )
 
 
 def _reserve_arguments(r: ReserveRequest, *, preview_as_text: bool = True) -> list[Any]:

@@ -21,6 +21,7 @@ from effect_broker.errors import (
     StaleVersion,
 )
 from effect_broker.models import (
+    AttemptTerms,
     Effect,
     EffectStatus,
     Receipt,
@@ -35,9 +36,9 @@ from effect_broker.store.migrations import Migration, apply_migrations, pending_
 from effect_broker.store.pool_log import quiet_pool_reconnects
 from effect_broker.store.reads import LedgerReads
 from effect_broker.store.rows import effect_of
+from effect_broker.store.running_calls import RunningCalls
 from effect_broker.store.translate import translated
 from effect_broker.store.write_requests import (
-    AttemptTerms,
     ReceiptRequest,
     ReserveRequest,
     StartRequest,
@@ -58,7 +59,7 @@ async def _init_connection(conn: asyncpg.Connection) -> None:
     )
 
 
-class Store(CoalescedWrites, LedgerReads, LedgerKeys):
+class Store(CoalescedWrites, LedgerReads, LedgerKeys, RunningCalls):
     """The ledger. Every state change is a compare-and-swap on ``Effect.version``.
 
     A write whose expected version is stale changes nothing and raises ``StaleVersion``:

@@ -5,7 +5,7 @@
 
 -- reserve --
 -- Insert the effect (started at once when $14) or return the existing one and its receipt.
-SELECT created, (effect).*, receipt
+SELECT created, (effect).*, receipt, now() AS observed_at
 FROM reserve_effect(
     $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11::jsonb, $12, $13, $14, $15, $16
 );
@@ -39,7 +39,7 @@ FROM moved;
 
 -- reserve_batch --
 -- Many reservations in one statement and one commit; one row back per request ($n[ord]).
-SELECT ord, created, (effect).*, receipt
+SELECT ord, created, (effect).*, receipt, now() AS observed_at
 FROM reserve_effects(
     $1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[],
     $8::text[], $9::text[], $10::bytea[], $11::text[], $12::text[], $13::interval[],
@@ -251,6 +251,12 @@ RETURNING e.route;
 -- One effect of one tenant.
 SELECT * FROM effects WHERE tenant_id = $1 AND effect_id = $2;
 
+-- effect_versions --
+-- The versions of the effects duplicates wait on, and the database's time of the read.
+SELECT now() AS observed_at, e.effect_id, e.version
+FROM unnest($1::text[], $2::uuid[]) AS w (tenant_id, effect_id)
+JOIN effects AS e ON e.tenant_id = w.tenant_id AND e.effect_id = w.effect_id;
+
 -- get_effect_by_key --
 -- One effect of one tenant by its operation key.
 SELECT * FROM effects WHERE tenant_id = $1 AND operation_key = $2;
@@ -408,3 +414,27 @@ UPDATE idempotency_root SET ciphertext = $2 WHERE id = 1 AND ciphertext = $1;
 -- retire_master_keys --
 -- Forget master keys neither kept ($1) nor named by a stored payload ($2).
 DELETE FROM master_keys WHERE key_id <> ALL($1::text[]) AND key_id <> ALL($2::text[]);
+
+-- begin_mcp_call --
+-- Note a recorded MCP call as running until $3 from now; prune a few rows past theirs.
+WITH pruned AS (
+    DELETE FROM mcp_running_calls
+    WHERE running_id IN (
+        SELECT running_id FROM mcp_running_calls
+        WHERE expires_at < now()
+        LIMIT 100
+        FOR UPDATE SKIP LOCKED
+    )
+)
+INSERT INTO mcp_running_calls (running_id, call_key, expires_at)
+VALUES ($1, $2, now() + $3::interval);
+
+-- end_mcp_call --
+-- The call settled (or its task ended): it no longer withholds cancellations.
+DELETE FROM mcp_running_calls WHERE running_id = $1;
+
+-- mcp_call_running --
+-- Whether any worker runs a recorded MCP call under this key (rows past expiry: no).
+SELECT EXISTS (
+    SELECT 1 FROM mcp_running_calls WHERE call_key = $1 AND expires_at > now()
+);
