@@ -130,7 +130,9 @@ def preferred_wait(prefer_values: Iterable[str]) -> float | None:
             if name.strip().lower() != "wait":
                 continue
             number = rest.partition(";")[0].strip().strip('"')
-            if number.isdigit():
+            # ASCII digits only (RFC 9110 DIGIT): str.isdigit() also takes "²",
+            # which float() refuses.
+            if number.isascii() and number.isdigit():
                 return min(float(number), MAX_PREFERRED_WAIT)
             return None
     return None

@@ -109,6 +109,9 @@ CARRIED = {
         key=b"f-state",
     ),
     "prefer": post(b"Prefer: respond-async, wait=\xff", key=b"f-prefer"),
+    "prefer-superscript-digit": post(b"Prefer: wait=\xc2\xb2", key=b"f-prefer-2"),
+    "prefer-arabic-digit": post(b"Prefer: wait=\xd9\xa3", key=b"f-prefer-3"),
+    "prefer-huge": post(b"Prefer: wait=" + b"9" * 400, key=b"f-prefer-4"),
     "connection": post(b"Connection: \xff", key=b"f-conn"),
 }
 
