@@ -20,7 +20,7 @@ import pytest
 from effect_broker.credential_budget import CredentialBudget
 from effect_broker.store import Store
 from effect_broker.tenancy import new_api_key
-from tests.integration.harness import PROBLEMS, address, running_broker
+from tests.integration.harness import PROBLEMS, address, request, running_broker
 from tests.integration.test_gateway import basic, charge, make_key
 from tests.integration.tls_support import TlsWorld
 
@@ -102,3 +102,27 @@ async def test_wrong_connect_credentials_get_429_past_the_budget_without_a_looku
         assert len(asked) == BURST
         assert b"Retry-After: " in heads[-1]
         assert json.loads(bodies[-1])["type"] == PROBLEMS + "too-many-failed-credentials"
+
+
+async def test_wrong_admin_bearer_keys_get_429_past_the_budget_without_a_lookup(
+    database_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with running_broker(database_url, tmp_path, gateway=True) as broker:
+        gateway = broker.state.gateway
+        assert gateway is not None
+        gateway.budget = CredentialBudget(burst=BURST, per_second=0.01)
+        asked = count_lookups(broker.state.store, monkeypatch)
+
+        answers = [
+            await request(
+                "GET",
+                f"{broker.admin_url}/v1/effects",
+                headers={"Authorization": f"Bearer ebk_{n:012x}_{'s' * 43}"},
+            )
+            for n in range(2 * BURST)
+        ]
+
+        assert [a.status for a in answers] == [401] * BURST + [429] * BURST
+        assert len(asked) == BURST
+        assert int(answers[-1].headers["Retry-After"]) >= 1
+        assert answers[-1].problem["type"] == PROBLEMS + "too-many-failed-credentials"
