@@ -16,6 +16,28 @@ from __future__ import annotations
 import time
 from collections import OrderedDict
 from collections.abc import Callable
+from ipaddress import IPv6Address, IPv6Network, ip_address
+
+UNKNOWN_PEER = "unknown"  # a peer without an address (a Unix socket) shares one budget
+
+
+def peer_key(address: str | None) -> str:
+    """The budget a client address spends: an IPv4 address, or an IPv6 address's /64.
+
+    One IPv6 host usually holds a whole /64 and can pick a new address per connection,
+    so a budget per IPv6 address would be no budget at all.
+    """
+    if not address:
+        return UNKNOWN_PEER
+    try:
+        parsed = ip_address(address.split("%", 1)[0])
+    except ValueError:
+        return address
+    if isinstance(parsed, IPv6Address):
+        if parsed.ipv4_mapped is not None:
+            return str(parsed.ipv4_mapped)
+        return str(IPv6Network((parsed, 64), strict=False))
+    return str(parsed)
 
 
 class CredentialBudget:

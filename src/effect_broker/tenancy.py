@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Protocol
 
-from effect_broker.credential_budget import CredentialBudget
+from effect_broker.credential_budget import CredentialBudget, peer_key
 from effect_broker.errors import (
     InvalidTenantName,
     ProxyAuthenticationRequired,
@@ -34,7 +34,6 @@ _KEY_ID = re.compile(r"[0-9a-f]{1,64}")
 _SECRET = re.compile(r"[A-Za-z0-9_-]{1,256}")
 CACHE_SECONDS = 60.0
 MAX_TENANT = 128
-UNKNOWN_PEER = "unknown"  # a peer without an address (a Unix socket) shares one budget
 
 
 def check_tenant_name(tenant: str) -> None:
@@ -143,7 +142,7 @@ class TenantResolver:
             tenant, api_key = credentials
             if await self._known(api_key) == tenant:
                 return tenant
-        self.budget.spend(peer or UNKNOWN_PEER)
+        self.budget.spend(peer_key(peer))
         raise ProxyAuthenticationRequired(
             "the proxy credentials are not a live API key of that tenant"
         )
@@ -162,11 +161,11 @@ class TenantResolver:
         self._check_budget(peer)
         tenant = await self._known(api_key)
         if tenant is None:
-            self.budget.spend(peer or UNKNOWN_PEER)
+            self.budget.spend(peer_key(peer))
         return tenant
 
     def _check_budget(self, peer: str | None) -> None:
-        wait = self.budget.wait(peer or UNKNOWN_PEER)
+        wait = self.budget.wait(peer_key(peer))
         if wait is not None:
             raise TooManyFailedCredentials(
                 f"too many wrong credentials from {peer or 'this address'}; nothing "

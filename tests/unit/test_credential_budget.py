@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from effect_broker.credential_budget import CredentialBudget
+from effect_broker.credential_budget import CredentialBudget, peer_key
 
 
 def test_a_peer_may_be_wrong_burst_times_then_waits_for_a_refill() -> None:
@@ -41,3 +41,19 @@ def test_the_peers_remembered_are_capped() -> None:
         budget.spend(f"10.0.{n // 256}.{n % 256}")
     assert len(budget) == 100
     assert budget.wait("10.0.5.219") is not None  # the last one seen is kept
+
+
+@pytest.mark.parametrize(
+    ("address", "key"),
+    [
+        ("203.0.113.7", "203.0.113.7"),
+        ("::ffff:203.0.113.7", "203.0.113.7"),
+        ("2001:db8:1:2:aaaa::1", "2001:db8:1:2::/64"),
+        ("2001:db8:1:2:ffff:ffff:ffff:fffe", "2001:db8:1:2::/64"),
+        ("fe80::1%eth0", "fe80::/64"),
+        (None, "unknown"),
+        ("", "unknown"),
+    ],
+)
+def test_an_ipv6_client_spends_its_64s_budget(address: str | None, key: str) -> None:
+    assert peer_key(address) == key
