@@ -134,14 +134,12 @@ class TenantResolver:
                 "HTTP_PROXY=http://TENANT:API_KEY@host:port (make a key with "
                 "`effect-broker tenants add TENANT`)"
             )
-        credentials = parse_basic(proxy_authorization)
-        if credentials is not None and self._cached(credentials[1]) == credentials[0]:
-            return credentials[0]  # a live key seen lately: no lookup, so no budget
+        pair = parse_basic(proxy_authorization)  # (tenant, API key)
+        if pair is not None and self._cached(pair[1]) == pair[0]:
+            return pair[0]  # a live key seen lately: no lookup, so no budget
         self._check_budget(peer)
-        if credentials is not None:
-            tenant, api_key = credentials
-            if await self._known(api_key) == tenant:
-                return tenant
+        if pair is not None and await self._known(pair[1]) == pair[0]:
+            return pair[0]
         self.budget.spend(peer_key(peer))
         raise ProxyAuthenticationRequired(
             "the proxy credentials are not a live API key of that tenant"
