@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 PROBLEM_TYPE_BASE = "https://effect-broker.dev/problems/"
@@ -194,6 +195,18 @@ class ProxyAuthenticationRequired(EffectBrokerError):
 
     problem_type = "proxy-authentication-required"
     status = 407
+
+
+class TooManyFailedCredentials(EffectBrokerError):
+    """Too many wrong credentials from this address; wait for the Retry-After delay."""
+
+    problem_type = "too-many-failed-credentials"
+    status = 429
+    retry_helps = True
+
+    def __init__(self, message: str, retry_after: timedelta) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
 
 
 class ResolvedByOperator(EffectBrokerError):

@@ -26,6 +26,27 @@ HOP_BY_HOP = frozenset(
 
 Headers = list[tuple[str, str]]
 
+# RFC 9110 section 11: credentials are a token68 (letters, digits, -._~+/ and trailing =)
+# or auth-params; either way visible ASCII.
+_VISIBLE_ASCII = frozenset(chr(code) for code in range(0x21, 0x7F))
+
+
+def credentials(value: str | None, scheme: str) -> str | None:
+    """The credentials of an ``Authorization``-style header using ``scheme``, else None.
+
+    Credentials are visible ASCII, so a value with anything else is no credential: the
+    caller answers 401/407 as for a missing one. Checked here, before any decoding or
+    hashing, because aiohttp hands undecodable header bytes over as lone surrogates and
+    every later ``encode`` or base64 step would raise on them.
+    """
+    if not value:
+        return None
+    written, _, rest = value.partition(" ")
+    rest = rest.strip()
+    if written.lower() != scheme.lower() or not rest:
+        return None
+    return rest if _VISIBLE_ASCII.issuperset(rest) else None
+
 
 def _connection_tokens(headers: Iterable[tuple[str, str]]) -> set[str]:
     """Headers named in ``Connection`` are hop-by-hop for this message too."""
@@ -109,7 +130,9 @@ def preferred_wait(prefer_values: Iterable[str]) -> float | None:
             if name.strip().lower() != "wait":
                 continue
             number = rest.partition(";")[0].strip().strip('"')
-            if number.isdigit():
+            # ASCII digits only (RFC 9110 DIGIT): str.isdigit() also takes "²",
+            # which float() refuses.
+            if number.isascii() and number.isdigit():
                 return min(float(number), MAX_PREFERRED_WAIT)
             return None
     return None

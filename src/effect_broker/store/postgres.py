@@ -33,6 +33,7 @@ from effect_broker.state_machine import check_transition
 from effect_broker.store.coalesced import CoalescedWrites
 from effect_broker.store.keys import LedgerKeys
 from effect_broker.store.migrations import Migration, apply_migrations, pending_migrations
+from effect_broker.store.pool_log import quiet_pool_reconnects
 from effect_broker.store.reads import LedgerReads
 from effect_broker.store.rows import effect_of
 from effect_broker.store.running_calls import RunningCalls
@@ -73,6 +74,7 @@ class Store(CoalescedWrites, LedgerReads, LedgerKeys, RunningCalls):
 
     @classmethod
     async def connect(cls, dsn: str, *, min_size: int = 1, max_size: int = 10) -> Store:
+        quiet_pool_reconnects()
         async with translated():
             pool = await asyncpg.create_pool(
                 dsn,
