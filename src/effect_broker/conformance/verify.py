@@ -1,0 +1,64 @@
+"""Which checks a contract gets, by its safety class."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import timedelta
+
+import aiohttp
+
+from effect_broker.config.contracts import Route
+from effect_broker.conformance.idempotent import check_idempotent
+from effect_broker.conformance.reconcilable import check_reconcilable
+from effect_broker.conformance.sandbox import Sandbox
+from effect_broker.conformance.verdicts import (
+    KIT_LOOKUP_AND_TOMBSTONE,
+    NO_CLAIMS,
+    ClaimResult,
+    Report,
+    Verdict,
+)
+from effect_broker.models import SafetyClass
+
+
+@dataclass(frozen=True, slots=True)
+class VerifyOptions:
+    #: How long the retention check may wait (None: it is not checked).
+    retention_wait: timedelta | None = None
+
+
+async def verify(route: Route, sandbox: Sandbox, options: VerifyOptions) -> Report:
+    """Check every claim of ``route``'s contract against ``sandbox``."""
+    contract = route.contract
+    claims: list[ClaimResult]
+    async with aiohttp.ClientSession() as session:
+        if contract.safety is SafetyClass.IDEMPOTENT:
+            claims = await check_idempotent(
+                session, sandbox, contract, options.retention_wait
+            )
+        elif contract.safety is SafetyClass.RECONCILABLE:
+            claims = await check_reconcilable(session, sandbox, contract)
+        elif contract.safety is SafetyClass.TRANSACTIONAL:
+            claims = [
+                ClaimResult(
+                    KIT_LOOKUP_AND_TOMBSTONE,
+                    Verdict.NOT_CHECKABLE,
+                    "not verified by this command yet; the kit's own tests and the "
+                    "crash matrix cover it",
+                )
+            ]
+        else:
+            claims = [
+                ClaimResult(
+                    NO_CLAIMS,
+                    Verdict.HELD,
+                    "an unsafe contract promises nothing the proxy relies on",
+                )
+            ]
+    return Report(
+        route=route.name,
+        contract=contract.ref,
+        safety=contract.safety.value,
+        url=sandbox.url,
+        claims=tuple(claims),
+    )

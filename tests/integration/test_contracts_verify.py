@@ -1,0 +1,195 @@
+"""``effect-broker contracts verify``: honest targets hold, lying ones are caught.
+
+Every check sends real HTTP requests to a real server: the demo payment target in its
+idempotent and reconcilable modes, and fakes that each break one claim on purpose.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from datetime import timedelta
+from pathlib import Path
+
+from effect_broker.config.routes_file import load_routes
+from effect_broker.conformance import SandboxRequest, Verdict, VerifyOptions, sandbox_for
+from effect_broker.conformance import verify as run_verify
+from effect_broker.conformance.verdicts import (
+    DRIFT_REFUSED,
+    KEY_RETENTION,
+    PROBE_ABSENT_FOR_UNSENT,
+    PROBE_FINDS_COMMITTED,
+    SAME_KEY_ONE_EFFECT,
+)
+from effect_broker.demo.payment_target import build_app
+from tests.integration.lying_targets import (
+    expires_early,
+    ignores_key,
+    lagging_lookup,
+    serving,
+)
+
+EFFECT_BROKER = Path(sys.executable).with_name("effect-broker")
+BODY = b'{"amount": 100, "currency": "usd", "order_id": "contract-check"}'
+DRIFT = b'{"amount": 101, "currency": "usd", "order_id": "contract-check"}'
+
+
+def routes_file(tmp_path: Path, upstream: str) -> Path:
+    """Two routes on ``upstream``: idempotent (24h) and reconcilable (300ms bound)."""
+    path = tmp_path / "routes.yaml"
+    path.write_text(
+        f"""version: 1
+contracts:
+  - name: pay.idem
+    version: "1"
+    safety: idempotent
+    idempotency_header: Idempotency-Key
+    key_retention: 24h
+    timeout: 5s
+  - name: pay.recon
+    version: "1"
+    safety: reconcilable
+    correlation_header: X-Correlation-Id
+    settlement_bound: 300ms
+    timeout: 5s
+    probe:
+      method: GET
+      path: /v1/charges?correlation_id={{downstream_key}}
+      found: {{status: [200], external_id: /id}}
+      absent: {{status: [404]}}
+routes:
+  - name: idem
+    match: {{method: POST, path: /idem/v1/charges}}
+    strip_prefix: /idem
+    upstream: {upstream}/idempotent
+    contract: pay.idem
+  - name: recon
+    match: {{method: POST, path: /recon/v1/charges}}
+    strip_prefix: /recon
+    upstream: {upstream}/reconcilable
+    contract: pay.recon
+  - name: plain-idem
+    match: {{method: POST, path: /plain/v1/charges}}
+    strip_prefix: /plain
+    upstream: {upstream}
+    contract: pay.idem
+  - name: plain-recon
+    match: {{method: POST, path: /plainr/v1/charges}}
+    strip_prefix: /plainr
+    upstream: {upstream}
+    contract: pay.recon
+"""
+    )
+    return path
+
+
+async def verdicts(
+    routes: Path, route_name: str, retention_wait: timedelta | None = None
+) -> dict[str, Verdict]:
+    route = next(r for r in load_routes(routes).routes if r.name == route_name)
+    request = SandboxRequest("POST", route.match.path, BODY, drift_body=DRIFT)
+    report = await run_verify(
+        route, sandbox_for(route, request, {}), VerifyOptions(retention_wait)
+    )
+    return {claim.claim: claim.verdict for claim in report.claims}
+
+
+async def run_cli(*args: str) -> tuple[int, str, str]:
+    proc = await asyncio.create_subprocess_exec(
+        str(EFFECT_BROKER),
+        "contracts",
+        "verify",
+        *args,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(proc.communicate(), 60)
+    assert proc.returncode is not None
+    return proc.returncode, out.decode(), err.decode()
+
+
+async def test_the_demo_target_holds_every_claim_it_can_be_checked_on(
+    tmp_path: Path,
+) -> None:
+    app = build_app(tmp_path / "t.sqlite3", settlement_delay=0.1, key_retention=86400)
+    async with serving(app) as url:
+        routes = routes_file(tmp_path, url)
+        idem = await verdicts(routes, "idem", retention_wait=timedelta(milliseconds=200))
+        recon = await verdicts(routes, "recon")
+        code, out, err = await run_cli(
+            "idem",
+            "--routes",
+            str(routes),
+            "--i-understand-this-sends-requests",
+            "--json",
+        )
+    assert idem == {
+        SAME_KEY_ONE_EFFECT: Verdict.HELD,
+        DRIFT_REFUSED: Verdict.HELD,
+        KEY_RETENTION: Verdict.HELD,
+    }
+    assert recon[PROBE_FINDS_COMMITTED] is Verdict.HELD
+    assert recon[PROBE_ABSENT_FOR_UNSENT] is Verdict.HELD
+    assert Verdict.BROKEN not in recon.values()
+    assert code == 0, err
+    document = json.loads(out)
+    assert document["ok"] is True
+    assert document["contract"] == "pay.idem@1"
+    assert {c["claim"]: c["verdict"] for c in document["claims"]}[KEY_RETENTION] == (
+        "not checkable"
+    )
+
+
+async def test_a_target_that_ignores_the_key_is_broken_on_one_effect(
+    tmp_path: Path,
+) -> None:
+    async with serving(ignores_key()) as url:
+        routes = routes_file(tmp_path, url)
+        seen = await verdicts(routes, "plain-idem")
+        code, out, _ = await run_cli(
+            "plain-idem", "--routes", str(routes), "--i-understand-this-sends-requests"
+        )
+    assert seen[SAME_KEY_ONE_EFFECT] is Verdict.BROKEN
+    assert seen[DRIFT_REFUSED] is Verdict.BROKEN
+    assert code == 1
+    assert "broken" in out and "ignores the key" in out
+
+
+async def test_a_target_that_expires_keys_early_is_broken_on_retention(
+    tmp_path: Path,
+) -> None:
+    async with serving(expires_early(forget_after=0.3)) as url:
+        routes = routes_file(tmp_path, url)
+        seen = await verdicts(routes, "plain-idem", retention_wait=timedelta(seconds=1))
+    assert seen == {
+        SAME_KEY_ONE_EFFECT: Verdict.HELD,
+        DRIFT_REFUSED: Verdict.HELD,
+        KEY_RETENTION: Verdict.BROKEN,
+    }
+
+
+async def test_a_lookup_that_lags_past_the_bound_is_broken(tmp_path: Path) -> None:
+    async with serving(lagging_lookup(lag=1.5)) as url:
+        routes = routes_file(tmp_path, url)
+        seen = await verdicts(routes, "plain-recon")
+    assert seen[PROBE_FINDS_COMMITTED] is Verdict.BROKEN
+    assert seen[PROBE_ABSENT_FOR_UNSENT] is Verdict.HELD
+
+
+async def test_without_the_confirmation_nothing_is_sent(tmp_path: Path) -> None:
+    async with serving(ignores_key()) as url:
+        routes = routes_file(tmp_path, url)
+        code, out, err = await run_cli("plain-idem", "--routes", str(routes))
+    assert code == 2
+    assert "--i-understand-this-sends-requests" in err
+    assert out == ""
+
+
+async def test_an_unknown_route_names_the_known_ones(tmp_path: Path) -> None:
+    routes = routes_file(tmp_path, "http://127.0.0.1:9")
+    code, _, err = await run_cli(
+        "nope", "--routes", str(routes), "--i-understand-this-sends-requests"
+    )
+    assert code == 2
+    assert "no route named 'nope'" in err and "plain-idem" in err
