@@ -7,6 +7,10 @@ its class has one, a lookup (``GET /v1/charges?correlation_id=``):
 - ``expires_early``: deduplicates, but forgets a key after ``forget_after`` seconds;
 - ``lagging_lookup``: reconcilable, but its lookup shows a charge only ``lag`` seconds
   after the commit, longer than the contract's settlement_bound.
+
+and one honest API in another shape: ``stripe_shaped``, which answers like Stripe's
+``POST /v1/payment_intents`` (form bodies, a secret key, replays with
+``Idempotent-Replayed``, 400 ``idempotency_error`` in Stripe's error envelope).
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import itertools
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Any
 
 from aiohttp import web
 
@@ -76,6 +81,47 @@ def lagging_lookup(lag: float) -> web.Application:
     app = web.Application()
     app.router.add_post("/v1/charges", post)
     app.router.add_get("/v1/charges", get)
+    return app
+
+
+def stripe_shaped(seen: list[dict[str, Any]]) -> web.Application:
+    """Records each request (headers and form) in ``seen``."""
+    kept: dict[str, tuple[dict[str, str], dict[str, object]]] = {}
+
+    def error(status: int, kind: str, message: str) -> web.Response:
+        return web.json_response(
+            {"error": {"type": kind, "message": message}}, status=status
+        )
+
+    async def post(request: web.Request) -> web.Response:
+        form = {k: v for k, v in (await request.post()).items() if isinstance(v, str)}
+        seen.append({"headers": dict(request.headers), "form": form})
+        if not request.headers.get("Authorization", "").startswith("Bearer sk_test_"):
+            return error(401, "invalid_request_error", "Invalid API Key provided")
+        key = request.headers.get("Idempotency-Key")
+        if key and key in kept:
+            params, intent = kept[key]
+            if params != form:
+                return error(
+                    400,
+                    "idempotency_error",
+                    "Keys for idempotent requests can only be used with the same "
+                    "parameters they were first used with.",
+                )
+            return web.json_response(intent, headers={"Idempotent-Replayed": "true"})
+        intent = {
+            "id": f"pi_{next(_ids)}",
+            "object": "payment_intent",
+            "amount": int(form["amount"]),
+            "currency": form["currency"],
+            "status": "requires_payment_method",
+        }
+        if key:
+            kept[key] = (form, intent)
+        return web.json_response(intent)
+
+    app = web.Application()
+    app.router.add_post("/v1/payment_intents", post)
     return app
 
 

@@ -8,9 +8,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import sys
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 from effect_broker.config.routes_file import load_routes
 from effect_broker.conformance import SandboxRequest, Verdict, VerifyOptions, sandbox_for
@@ -28,6 +32,7 @@ from tests.integration.lying_targets import (
     ignores_key,
     lagging_lookup,
     serving,
+    stripe_shaped,
 )
 
 EFFECT_BROKER = Path(sys.executable).with_name("effect-broker")
@@ -193,3 +198,69 @@ async def test_an_unknown_route_names_the_known_ones(tmp_path: Path) -> None:
     )
     assert code == 2
     assert "no route named 'nope'" in err and "plain-idem" in err
+
+
+def stripe_routes(tmp_path: Path, upstream: str | None) -> Path:
+    """A forward route to api.stripe.com naming the preset; ``upstream`` redirects it."""
+    path = tmp_path / "stripe-routes.yaml"
+    redirect = f"\n    upstream: {upstream}" if upstream else ""
+    path.write_text(
+        f"""version: 1
+routes:
+  - name: stripe
+    match: {{method: POST, host: api.stripe.com, path: /v1/payment_intents}}{redirect}
+    contract: stripe@1
+    inject_headers: {{Authorization: "Bearer ${{env:STRIPE_SECRET_KEY}}"}}
+"""
+    )
+    return path
+
+
+async def test_the_stripe_preset_holds_against_a_stripe_shaped_fake(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seen: list[dict[str, Any]] = []
+    monkeypatch.setenv("STRIPE_SECRET_KEY", "sk_test_fake")
+    async with serving(stripe_shaped(seen)) as url:
+        routes = stripe_routes(tmp_path, url)
+        code, out, err = await run_cli(
+            "stripe",
+            "--routes",
+            str(routes),
+            "--i-understand-this-sends-requests",
+            "--json",
+        )
+    assert code == 0, err
+    document = json.loads(out)
+    assert document["contract"] == "stripe@1"
+    claims = {c["claim"]: c for c in document["claims"]}
+    assert claims[SAME_KEY_ONE_EFFECT]["verdict"] == "held"
+    assert claims[DRIFT_REFUSED]["verdict"] == "held"
+    assert "idempotency_error" in claims[DRIFT_REFUSED]["evidence"]
+    assert claims[KEY_RETENTION]["verdict"] == "not checkable"
+    first = seen[0]
+    assert first["headers"]["Authorization"] == "Bearer sk_test_fake"
+    assert first["headers"]["Content-Type"] == "application/x-www-form-urlencoded"
+    assert first["form"]["amount"] == "100"
+    assert first["headers"]["Idempotency-Key"] == seen[1]["headers"]["Idempotency-Key"]
+
+
+@pytest.mark.skipif(
+    not os.environ.get("STRIPE_TEST_SECRET_KEY", "").startswith("sk_test_"),
+    reason="live Stripe test mode: set STRIPE_TEST_SECRET_KEY=sk_test_... to run it",
+)
+async def test_the_stripe_preset_against_stripe_test_mode(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("STRIPE_SECRET_KEY", os.environ["STRIPE_TEST_SECRET_KEY"])
+    code, out, err = await run_cli(
+        "stripe",
+        "--routes",
+        str(stripe_routes(tmp_path, None)),
+        "--i-understand-this-sends-requests",
+        "--json",
+    )
+    assert code == 0, out + err
+    claims = {c["claim"]: c["verdict"] for c in json.loads(out)["claims"]}
+    assert claims[SAME_KEY_ONE_EFFECT] == "held"
+    assert claims[DRIFT_REFUSED] == "held"

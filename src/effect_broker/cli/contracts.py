@@ -19,6 +19,7 @@ from rich.table import Table
 
 from effect_broker.config.contracts import Route
 from effect_broker.config.durations import parse_duration
+from effect_broker.config.presets import preset_for
 from effect_broker.config.routes_file import load_routes
 from effect_broker.conformance import (
     Report,
@@ -82,18 +83,23 @@ def verify_command(
         typer.Option(help="the request path [default: the route's match.path]"),
     ] = None,
     body: Annotated[
-        str, typer.Option(help="the request body the target accepts")
-    ] = DEFAULT_BODY,
+        str | None,
+        typer.Option(
+            help="the request body the target accepts [default: the preset's sample, "
+            "else a charge the demo target accepts]"
+        ),
+    ] = None,
     drift_body: Annotated[
         str | None,
         typer.Option(
-            help="another payload under the same key [default: the demo charge with "
-            "another amount, when --body is the default]"
+            help="another payload under the same key [default: the default body's "
+            "drifted twin; none with a --body of your own]"
         ),
     ] = None,
-    content_type: Annotated[str, typer.Option(help="the body's type")] = (
-        "application/json"
-    ),
+    content_type: Annotated[
+        str | None,
+        typer.Option(help="the body's type [default: the preset's, else JSON]"),
+    ] = None,
     retention_wait: Annotated[
         str | None,
         typer.Option(
@@ -117,17 +123,11 @@ def verify_command(
             wait = parse_duration(retention_wait)
         except ValueError as exc:
             raise typer.BadParameter(str(exc), param_hint="--retention-wait") from None
-    if drift_body is None and body == DEFAULT_BODY:
-        drift_body = DEFAULT_DRIFT
-    request = SandboxRequest(
-        method=sorted(route.match.methods)[0],
-        path=path or route.match.path,
-        body=body.encode(),
-        content_type=content_type,
-        drift_body=drift_body.encode() if drift_body is not None else None,
-    )
+    request = sample_request(route, path, body, drift_body, content_type)
     try:
-        sandbox = sandbox_for(route, request, os.environ)
+        preset = preset_for(route.contract.ref)
+        pointer = preset.sample.effect_id if preset else "/id"
+        sandbox = sandbox_for(route, request, os.environ, effect_id_pointer=pointer)
     except ConfigError as exc:
         raise _fail("; ".join(issue.message for issue in exc.issues)) from None
     report = asyncio.run(verify(route, sandbox, VerifyOptions(retention_wait=wait)))
@@ -140,6 +140,33 @@ def verify_command(
         console.print(report_table(report))
     if not report.ok:
         raise typer.Exit(1)
+
+
+def sample_request(
+    route: Route,
+    path: str | None,
+    body: str | None,
+    drift_body: str | None,
+    content_type: str | None,
+) -> SandboxRequest:
+    """The request to send: what was given, else the preset's sample, else the demo
+    target's charge. A drifted twin comes only with a default body: for a body of
+    one's own, the drift must be given too (or that claim is not checked)."""
+    preset = preset_for(route.contract.ref)
+    if body is None:
+        if preset is not None:
+            body, twin = preset.sample.body, preset.sample.drift_body
+            content_type = content_type or preset.sample.content_type
+        else:
+            body, twin = DEFAULT_BODY, DEFAULT_DRIFT
+        drift_body = drift_body if drift_body is not None else twin
+    return SandboxRequest(
+        method=sorted(route.match.methods)[0],
+        path=path or route.match.path,
+        body=body.encode(),
+        content_type=content_type or "application/json",
+        drift_body=drift_body.encode() if drift_body is not None else None,
+    )
 
 
 def report_table(report: Report) -> Table:

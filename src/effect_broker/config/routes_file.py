@@ -34,6 +34,7 @@ from effect_broker.config.contracts import (
     Probe,
     Route,
 )
+from effect_broker.config.presets import expand_presets
 from effect_broker.config.routes_checks import cross_field_issues
 from effect_broker.config.routes_config import ProxyPolicy, RoutesConfig
 from effect_broker.config.routes_fields import (
@@ -76,8 +77,8 @@ def load_routes(path: str | Path) -> RoutesConfig:
 
 def parse_routes(text: str, *, source: str) -> RoutesConfig:
     """Validate routes.yaml text; ``source`` names the file in every issue."""
-    document = read_yaml(text, source=source)
-    issues = list(document.issues)
+    document, preset_issues = expand_presets(read_yaml(text, source=source))
+    issues = list(document.issues) + preset_issues
     model: RoutesFile | None = None
     try:
         model = RoutesFile.model_validate(document.data)

@@ -41,6 +41,7 @@ from effect_broker.config.routes_fields import (
     ROUTE_PATH_PATTERN,
     SCHEMA_TITLE,
     UPSTREAM_PATTERN,
+    ContractRef,
     ContractVersion,
     Duration,
     FileVersion,
@@ -315,9 +316,10 @@ class RouteSection(Section):
             None, description="Leading segments of match.path removed before forwarding."
         )
     )
-    contract: Optional[Name] = Field(
+    contract: Optional[ContractRef] = Field(
         None,
-        description="The name of a contract in this file (required unless mcp is set).",
+        description="The name of a contract in this file, or a packaged preset such as "
+        "stripe@1 (required unless mcp is set).",
     )
     mcp: Optional[McpSection] = Field(
         None,
