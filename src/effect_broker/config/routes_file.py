@@ -30,6 +30,7 @@ from effect_broker.config.contracts import (
     DEFAULT_LEDGER_RETENTION,
     MCP_ROUTE_CONTRACT,
     Contract,
+    DuplicateGuard,
     McpTools,
     Probe,
     Route,
@@ -179,6 +180,7 @@ def _contract(section: ContractSection) -> Contract:
         operation_key_header=section.operation_key_header,
         ledger_retention=section.ledger_retention or DEFAULT_LEDGER_RETENTION,
         lease_grace=section.lease_grace,
+        duplicate_guard=_duplicate_guard(section),
     )
     if isinstance(section, IdempotentContract):
         if section.ledger_retention is None:  # the default never undercuts the key's
@@ -207,6 +209,13 @@ def _contract(section: ContractSection) -> Contract:
             ),
         )
     return common
+
+
+def _duplicate_guard(section: ContractSection) -> DuplicateGuard | None:
+    guard = section.duplicate_payload_window
+    if guard is None or guard.mode == "off":
+        return None
+    return DuplicateGuard(action=guard.mode, window=guard.window)
 
 
 def _route(

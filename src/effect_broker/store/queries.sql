@@ -334,6 +334,18 @@ FROM effects
 WHERE status IN ('outcome_unknown', 'manual_review')
 GROUP BY route, status;
 
+-- recent_duplicate --
+-- The newest effect on a route with the same request as a key not yet in the ledger.
+SELECT e.effect_id, e.operation_key, e.created_at
+FROM effects e
+WHERE e.tenant_id = $1 AND e.route = $2 AND e.request_hash = $3
+  AND e.created_at > now() - $5::interval
+  AND e.operation_key <> $4
+  AND NOT EXISTS (
+      SELECT 1 FROM effects k WHERE k.tenant_id = $1 AND k.operation_key = $4)
+ORDER BY e.created_at DESC
+LIMIT 1;
+
 -- clock --
 -- The database's idea of now, to measure clock skew against leases.
 SELECT now() AS now;

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from uuid import UUID
 
 import asyncpg
@@ -28,6 +28,16 @@ class EffectFilter:
     route: str | None = None
     operation_key_prefix: str | None = None
     created_before: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class EarlierEffect:
+    """A recent effect with the same request as a new operation key: maybe the same
+    intent under a key minted fresh."""
+
+    effect_id: UUID
+    operation_key: str
+    created_at: datetime
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +64,30 @@ class LedgerReads:
             (row["route"], EffectStatus(row["status"]), row["effects"], row["oldest"])
             for row in rows
         ]
+
+    async def recent_duplicate(
+        self,
+        tenant_id: str,
+        route: str,
+        request_hash: str,
+        operation_key: str,
+        window: timedelta,
+    ) -> EarlierEffect | None:
+        """The newest effect on ``route`` within ``window`` whose request equals this
+        one's, when ``operation_key`` is new to the ledger (a retry of a known key is
+        never a suspect)."""
+        async with translated():
+            row = await self._pool.fetchrow(
+                self._sql["recent_duplicate"],
+                tenant_id,
+                route,
+                request_hash,
+                operation_key,
+                window,
+            )
+        if row is None:
+            return None
+        return EarlierEffect(row["effect_id"], row["operation_key"], row["created_at"])
 
     async def get(self, tenant_id: str, effect_id: UUID) -> Effect:
         async with translated():
