@@ -166,3 +166,45 @@ async def test_a_fresh_ledger_without_a_key_is_told_how_to_make_one(
 
     assert result.exit_code == 1
     assert "EFFECT_BROKER_MASTER_KEY is not set. Create one with" in flat(result)
+
+
+async def test_a_route_whose_keys_look_minted_per_call_is_named(
+    database_url: str, master_key: str, tmp_path: Path
+) -> None:
+    """A client that makes up a key per call: twelve equal charges, twelve keys."""
+    from tests.integration.harness import request, running_broker
+
+    async with running_broker(database_url, tmp_path, master_key=master_key) as broker:
+        for n in range(12):
+            answer = await request(
+                "POST",
+                f"{broker.proxy_url}/payments/v1/charges",
+                headers={
+                    "Operation-Key": f"fresh-{n}",
+                    "Content-Type": "application/json",
+                },
+                data=b'{"amount": 100, "currency": "usd", "order_id": "order-7"}',
+            )
+            assert answer.status == 201
+        honest = await request(
+            "POST",
+            f"{broker.proxy_url}/email/v1/charges",
+            headers={"Operation-Key": "welcome:1", "Content-Type": "application/json"},
+            data=b'{"amount": 1, "currency": "usd", "order_id": "order-8"}',
+        )
+        assert honest.status == 201
+
+    result = await run_doctor(database_url, master_key)
+
+    assert result.exit_code == 0, result.output  # a warning, not a failed gate
+    text = flat(result)
+    assert re.search(r"key scope\W+warning", text), text
+    assert "route payments: 11 of 12 effects" in text
+    assert "route email" not in text
+
+
+async def test_key_scope_is_quiet_on_a_healthy_ledger(
+    database_url: str, master_key: str
+) -> None:
+    result = await run_doctor(database_url, master_key)
+    assert "no route's keys look minted per call" in flat(result)

@@ -25,9 +25,11 @@ from effect_broker.cli.doctor_keys import (
     configured_key,
     ledger_key,
 )
+from effect_broker.cli.doctor_scope import KeyUsage, suspect_routes
 from effect_broker.cli.local_state import up_database, using
 from effect_broker.cli.options import DatabaseUrl, Routes, settings_from
 from effect_broker.cli.words import plural
+from effect_broker.config.durations import format_duration
 from effect_broker.config.routes_config import RoutesConfig
 from effect_broker.config.routes_file import load_routes, resolve_inject_headers
 from effect_broker.config.settings import Settings
@@ -40,6 +42,7 @@ from effect_broker.store import Store
 console = Console(soft_wrap=True, highlight=False, emoji=False)  # no :AB: emoji
 
 MAX_SKEW_SECONDS = 1.0
+KEY_SCOPE_WINDOW = timedelta(hours=24)
 CONNECT_TIMEOUT = 3.0
 CA_WARN_BEFORE = timedelta(days=30)
 
@@ -200,8 +203,35 @@ async def _database(
                 + ("" if ok else "; leases and deadlines need synchronized clocks (NTP)"),
             )
 
+        async def key_scope() -> Finding:
+            if await store.pending_migrations():
+                return Finding(
+                    "key scope", False, "not checked: migrations pending", warning=True
+                )
+            usage = [
+                KeyUsage(route, effects, requests)
+                for route, effects, requests in await store.operation_key_usage(
+                    KEY_SCOPE_WINDOW
+                )
+            ]
+            notes = suspect_routes(usage, KEY_SCOPE_WINDOW)
+            if not notes:
+                return Finding(
+                    "key scope",
+                    True,
+                    f"no route's keys look minted per call (last "
+                    f"{format_duration(KEY_SCOPE_WINDOW)})",
+                )
+            return Finding(
+                "key scope", False, "; ".join(n.detail for n in notes), warning=True
+            )
+
         findings = [Finding("database", True, "reachable" + source)]
-        for check, probe in (("migrations", migrations), ("clock skew", skew)):
+        for check, probe in (
+            ("migrations", migrations),
+            ("clock skew", skew),
+            ("key scope", key_scope),
+        ):
             findings.append(await _guard(check, probe))
         try:
             ledger_keys: list[str] | None = await store.master_key_ids()

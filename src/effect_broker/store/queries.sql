@@ -346,6 +346,13 @@ WHERE e.tenant_id = $1 AND e.route = $2 AND e.request_hash = $3
 ORDER BY e.created_at DESC
 LIMIT 1;
 
+-- operation_key_usage --
+-- Per route, effects created in the last $1 and how many distinct requests they carry.
+SELECT route, count(*) AS effects, count(DISTINCT (tenant_id, request_hash)) AS requests
+FROM effects
+WHERE created_at > now() - $1::interval
+GROUP BY route;
+
 -- clock --
 -- The database's idea of now, to measure clock skew against leases.
 SELECT now() AS now;

@@ -89,6 +89,13 @@ class LedgerReads:
             return None
         return EarlierEffect(row["effect_id"], row["operation_key"], row["created_at"])
 
+    async def operation_key_usage(self, window: timedelta) -> list[tuple[str, int, int]]:
+        """(route, effects, distinct requests) of effects created within ``window``,
+        across tenants: for doctor's key-scope check, which names routes only."""
+        async with translated():
+            rows = await self._pool.fetch(self._sql["operation_key_usage"], window)
+        return [(row["route"], row["effects"], row["requests"]) for row in rows]
+
     async def get(self, tenant_id: str, effect_id: UUID) -> Effect:
         async with translated():
             row = await self._pool.fetchrow(self._sql["get_effect"], tenant_id, effect_id)
