@@ -14,6 +14,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import pytest
 
 from effect_broker.config.routes_file import load_routes
@@ -22,6 +23,9 @@ from effect_broker.conformance import verify as run_verify
 from effect_broker.conformance.verdicts import (
     DRIFT_REFUSED,
     KEY_RETENTION,
+    KIT_BLOCKS_TOMBSTONED,
+    KIT_FINDS_COMMITTED,
+    KIT_REFUSES_TOMBSTONE_AFTER_COMMIT,
     PROBE_ABSENT_FOR_UNSENT,
     PROBE_FINDS_COMMITTED,
     SAME_KEY_ONE_EFFECT,
@@ -264,3 +268,55 @@ async def test_the_stripe_preset_against_stripe_test_mode(
     claims = {c["claim"]: c["verdict"] for c in json.loads(out)["claims"]}
     assert claims[SAME_KEY_ONE_EFFECT] == "held"
     assert claims[DRIFT_REFUSED] == "held"
+
+
+async def test_the_demo_target_keeps_the_kits_promises(
+    tmp_path: Path, empty_database_url: str
+) -> None:
+    """Transactional mode: lookup, tombstone refused after a commit, and a late
+    attempt under a tombstoned key refused; the target's table shows one charge."""
+    secret = "kit-secret-for-verify-0123456789"
+    app = build_app(
+        tmp_path / "t.sqlite3",
+        settlement_delay=0.0,
+        key_retention=86400,
+        database_url=empty_database_url,
+        kit_secret=secret,
+    )
+    routes = tmp_path / "kit-routes.yaml"
+    async with serving(app) as url:
+        routes.write_text(
+            f"""version: 1
+contracts:
+  - name: pay.kit
+    version: "1"
+    safety: transactional
+    timeout: 5s
+routes:
+  - name: kit
+    match: {{method: POST, path: /kit/v1/charges}}
+    strip_prefix: /kit
+    upstream: {url}/transactional
+    contract: pay.kit
+    inject_headers: {{Effect-Broker-Secret: "${{env:KIT_SECRET}}"}}
+"""
+        )
+        route = load_routes(routes).routes[0]
+        request = SandboxRequest("POST", route.match.path, BODY)
+        report = await run_verify(
+            route, sandbox_for(route, request, {"KIT_SECRET": secret}), VerifyOptions()
+        )
+        without_secret = await run_verify(
+            route, sandbox_for(route, request, {"KIT_SECRET": "wrong"}), VerifyOptions()
+        )
+        async with aiohttp.ClientSession() as session:
+            counted = await session.get(f"{url}/charges/count?order_id=contract-check")
+            charges = (await counted.json())["count"]
+    assert {c.claim: c.verdict for c in report.claims} == {
+        KIT_FINDS_COMMITTED: Verdict.HELD,
+        KIT_REFUSES_TOMBSTONE_AFTER_COMMIT: Verdict.HELD,
+        KIT_BLOCKS_TOMBSTONED: Verdict.HELD,
+    }, report
+    # The wrong secret proves nothing: not checkable, never "held" nor "broken".
+    assert {c.verdict for c in without_secret.claims} == {Verdict.NOT_CHECKABLE}
+    assert charges == 2  # one per run's committed attempt; the tombstoned ones: none

@@ -13,7 +13,9 @@ KEY_RETENTION = "keys kept for key_retention"
 PROBE_FINDS_COMMITTED = "probe finds a committed effect within settlement_bound"
 PROBE_ABSENT_FOR_UNSENT = "probe never finds a key that was not sent"
 PROBE_UNKNOWN = "probe says unknown for what it cannot tell"
-KIT_LOOKUP_AND_TOMBSTONE = "the kit's lookup and tombstone"
+KIT_FINDS_COMMITTED = "kit lookup finds a committed attempt"
+KIT_REFUSES_TOMBSTONE_AFTER_COMMIT = "kit refuses a tombstone over a committed attempt"
+KIT_BLOCKS_TOMBSTONED = "kit tombstone blocks a late attempt"
 NO_CLAIMS = "no claims"
 
 

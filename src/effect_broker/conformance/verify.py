@@ -11,13 +11,14 @@ from effect_broker.config.contracts import Route
 from effect_broker.conformance.idempotent import check_idempotent
 from effect_broker.conformance.reconcilable import check_reconcilable
 from effect_broker.conformance.sandbox import Sandbox
+from effect_broker.conformance.transactional import check_transactional
 from effect_broker.conformance.verdicts import (
-    KIT_LOOKUP_AND_TOMBSTONE,
     NO_CLAIMS,
     ClaimResult,
     Report,
     Verdict,
 )
+from effect_broker.engine.targets import well_known_origin
 from effect_broker.models import SafetyClass
 
 
@@ -39,14 +40,8 @@ async def verify(route: Route, sandbox: Sandbox, options: VerifyOptions) -> Repo
         elif contract.safety is SafetyClass.RECONCILABLE:
             claims = await check_reconcilable(session, sandbox, contract)
         elif contract.safety is SafetyClass.TRANSACTIONAL:
-            claims = [
-                ClaimResult(
-                    KIT_LOOKUP_AND_TOMBSTONE,
-                    Verdict.NOT_CHECKABLE,
-                    "not verified by this command yet; the kit's own tests and the "
-                    "crash matrix cover it",
-                )
-            ]
+            origin = well_known_origin(route, sandbox.url)
+            claims = await check_transactional(session, sandbox, origin)
         else:
             claims = [
                 ClaimResult(
