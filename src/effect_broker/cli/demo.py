@@ -12,7 +12,7 @@ import os
 import shutil
 import tempfile
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Annotated
 
@@ -20,7 +20,7 @@ import typer
 from rich.console import Console
 
 from effect_broker.demo import agent, crash_matrix
-from effect_broker.embedded import embedded_postgres
+from effect_broker.embedded import EmbeddedPostgresUnavailable, embedded_postgres
 
 demo_app = typer.Typer(
     help="Demonstrations that run real processes against a real PostgreSQL.",
@@ -34,7 +34,14 @@ def postgres_server(database_url: str | None, scratch: Path) -> Iterator[str]:
     if database_url:
         yield database_url
         return
-    with embedded_postgres(scratch / "postgres", durable=False, keep_data=False) as dsn:
+    with ExitStack() as stack:
+        try:
+            dsn = stack.enter_context(
+                embedded_postgres(scratch / "postgres", durable=False, keep_data=False)
+            )
+        except EmbeddedPostgresUnavailable as exc:
+            typer.echo(f"error: {exc.message} Or pass --database-url.", err=True)
+            raise typer.Exit(2) from None
         yield dsn
 
 
