@@ -89,6 +89,26 @@ async def test_hold_refuses_a_re_minted_key_and_names_the_earlier_effect(
     assert charged == 2  # declared intentional: a second, equal charge is meant
 
 
+async def test_a_request_that_failed_for_good_may_be_tried_under_a_new_key(
+    database_url: str, tmp_path: Path
+) -> None:
+    """A final failure did not happen; a new key is how it is tried again."""
+    declined = b'{"amount": -1, "currency": "usd", "order_id": "order-42"}'
+    async with running_broker(database_url, tmp_path, routes=routes("10m")) as broker:
+        answers = [
+            await request(
+                "POST",
+                f"{broker.proxy_url}/held/v1/charges",
+                headers={**JSON, "Operation-Key": key},
+                data=declined,
+            )
+            for key in ("try-1", "try-2")
+        ]
+    assert [a.status for a in answers] == [400, 400]
+    assert answers[1].headers.get("Content-Type", "").startswith("application/json")
+    assert answers[1].headers["Effect-Status"] == "failed_final"
+
+
 async def test_warn_lets_it_through_and_counts_it(
     database_url: str, tmp_path: Path
 ) -> None:

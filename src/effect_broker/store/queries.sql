@@ -335,12 +335,14 @@ WHERE status IN ('outcome_unknown', 'manual_review')
 GROUP BY route, status;
 
 -- recent_duplicate --
--- The newest effect on a route with the same request as a key not yet in the ledger.
+-- The newest live effect on a route with the same request as a key new to the ledger.
 SELECT e.effect_id, e.operation_key, e.created_at
 FROM effects e
 WHERE e.tenant_id = $1 AND e.route = $2 AND e.request_hash = $3
   AND e.created_at > now() - $5::interval
   AND e.operation_key <> $4
+  -- one that failed for good did not happen: a new key is how it is tried again
+  AND e.status <> 'failed_final'
   AND NOT EXISTS (
       SELECT 1 FROM effects k WHERE k.tenant_id = $1 AND k.operation_key = $4)
 ORDER BY e.created_at DESC
