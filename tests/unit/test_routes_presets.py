@@ -1,4 +1,5 @@
-"""Contract presets: ``contract: stripe@1`` in a route stands for a packaged contract."""
+"""Contract presets (``contract: stripe@1`` names a packaged contract), and the
+duplicate guard as the loader reads it."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ from datetime import timedelta
 
 import pytest
 
+from effect_broker.config.contracts import DuplicateGuard
 from effect_broker.config.presets import PRESETS
 from effect_broker.config.routes_file import parse_routes
 from effect_broker.errors import ConfigError
@@ -69,3 +71,47 @@ def test_a_preset_beside_a_contract_of_the_same_name_is_refused() -> None:
 def test_presets_are_valid_contract_sections() -> None:
     for ref, preset in PRESETS.items():
         assert ref == f"{preset.section['name']}@{preset.section['version']}"
+
+
+def test_an_mcp_tool_cannot_have_the_duplicate_guard() -> None:
+    """The guard compares HTTP requests; an MCP tool call would silently go unchecked."""
+    text = """version: 1
+contracts:
+  - name: guarded
+    version: "1"
+    safety: unsafe
+    duplicate_payload_window: {mode: hold, window: 10m}
+routes:
+  - name: m
+    match: {path: /mcp}
+    upstream: http://127.0.0.1:9
+    mcp: {tools: {charge: {contract: guarded}}}
+"""
+    with pytest.raises(ConfigError, match="HTTP routes only"):
+        parse_routes(text, source="routes.yaml")
+
+
+def test_the_duplicate_guard_is_read_into_the_contract() -> None:
+    text = """version: 1
+contracts:
+  - name: guarded
+    version: "1"
+    safety: unsafe
+    duplicate_payload_window: {mode: warn, window: 90s}
+  - name: quiet
+    version: "1"
+    safety: unsafe
+    duplicate_payload_window: {mode: "off"}
+routes:
+  - name: a
+    match: {method: POST, path: /a}
+    upstream: http://127.0.0.1:9
+    contract: guarded
+  - name: b
+    match: {method: POST, path: /b}
+    upstream: http://127.0.0.1:9
+    contract: quiet
+"""
+    first, second = parse_routes(text, source="routes.yaml").routes
+    assert first.contract.duplicate_guard == DuplicateGuard("warn", timedelta(seconds=90))
+    assert second.contract.duplicate_guard is None
