@@ -80,25 +80,25 @@ def verify_command(
     as_json: Annotated[bool, typer.Option("--json", help="one JSON document")] = False,
     path: Annotated[
         str | None,
-        typer.Option(help="the request path [default: the route's match.path]"),
+        typer.Option(help="the request path (default: the route's match.path)"),
     ] = None,
     body: Annotated[
         str | None,
         typer.Option(
-            help="the request body the target accepts [default: the preset's sample, "
-            "else a charge the demo target accepts]"
+            help="the request body the target accepts (default: the preset's sample, "
+            "else a charge the demo target accepts)"
         ),
     ] = None,
     drift_body: Annotated[
         str | None,
         typer.Option(
-            help="another payload under the same key [default: the default body's "
-            "drifted twin; none with a --body of your own]"
+            help="another payload under the same key (default: the default body's "
+            "drifted twin; none with a --body of your own)"
         ),
     ] = None,
     content_type: Annotated[
         str | None,
-        typer.Option(help="the body's type [default: the preset's, else JSON]"),
+        typer.Option(help="the body's type (default: the preset's, else JSON)"),
     ] = None,
     retention_wait: Annotated[
         str | None,

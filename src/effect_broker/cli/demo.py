@@ -132,7 +132,7 @@ def agent_command(
         ),
     ] = False,
     model: Annotated[
-        str | None, typer.Option(help="the provider's model [default: a small one]")
+        str | None, typer.Option(help="the provider's model (default: a small one)")
     ] = None,
     base_url: Annotated[
         str | None,
@@ -143,7 +143,7 @@ def agent_command(
         typer.Option(
             "--database-url",
             help="a PostgreSQL server on which the demo may create and drop a database "
-            "[default: an embedded PostgreSQL in a temporary directory]",
+            "(default: an embedded PostgreSQL in a temporary directory)",
         ),
     ] = None,
     workdir: Annotated[
