@@ -195,6 +195,16 @@ async def test_without_the_confirmation_nothing_is_sent(tmp_path: Path) -> None:
     assert out == ""
 
 
+async def test_an_unreachable_target_is_one_error_line(tmp_path: Path) -> None:
+    routes = routes_file(tmp_path, "http://127.0.0.1:9")
+    code, out, err = await run_cli(
+        "plain-idem", "--routes", str(routes), "--i-understand-this-sends-requests"
+    )
+    assert code == 2
+    assert "could not talk to http://127.0.0.1:9/v1/charges" in err
+    assert "Traceback" not in err + out
+
+
 async def test_an_unknown_route_names_the_known_ones(tmp_path: Path) -> None:
     routes = routes_file(tmp_path, "http://127.0.0.1:9")
     code, _, err = await run_cli(

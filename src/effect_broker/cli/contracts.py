@@ -13,6 +13,7 @@ import os
 from pathlib import Path
 from typing import Annotated
 
+import aiohttp
 import typer
 from rich.console import Console
 from rich.table import Table
@@ -130,7 +131,11 @@ def verify_command(
         sandbox = sandbox_for(route, request, os.environ, effect_id_pointer=pointer)
     except ConfigError as exc:
         raise _fail("; ".join(issue.message for issue in exc.issues)) from None
-    report = asyncio.run(verify(route, sandbox, VerifyOptions(retention_wait=wait)))
+    try:
+        report = asyncio.run(verify(route, sandbox, VerifyOptions(retention_wait=wait)))
+    except (aiohttp.ClientError, TimeoutError) as exc:
+        reason = str(exc) or type(exc).__name__
+        raise _fail(f"could not talk to {sandbox.url}: {reason}") from None
     if as_json:
         typer.echo(json.dumps(report.as_json(), indent=2))
     else:
