@@ -112,6 +112,34 @@ def test_without_the_embedded_extra_it_says_what_to_install(tmp_path: Path) -> N
     assert "Traceback" not in done.stderr + done.stdout
 
 
+def test_an_unreachable_model_api_is_one_error_line(
+    server_dsn: str, tmp_path: Path
+) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("EFFECT_BROKER_")}
+    env["OPENAI_API_KEY"] = "sk-test-unused"
+    done = subprocess.run(
+        [
+            str(EFFECT_BROKER),
+            "demo",
+            "agent",
+            "--provider",
+            "openai",
+            "--base-url",
+            "http://127.0.0.1:9/v1",
+            "--database-url",
+            server_dsn,
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 1
+    assert "the openai model gpt-4o-mini did not answer" in done.stderr
+    assert "Traceback" not in done.stderr + done.stdout
+
+
 def test_a_provider_without_its_key_says_which_variable(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if k not in ("XAI_API_KEY",)}
     done = subprocess.run(

@@ -182,6 +182,9 @@ def agent_command(
                     server, logs, chat, transcript, kill_after_commit=kill_after_commit
                 )
             )
+    except agent.ModelFailed as exc:
+        typer.echo(f"effect-broker demo agent: {exc}", err=True)
+        raise typer.Exit(1) from None
     finally:
         shutil.rmtree(scratch / "postgres", ignore_errors=True)
     if result.ok:

@@ -20,6 +20,10 @@ class ProviderUnavailable(RuntimeError):
     """A provider cannot be used here: no SDK installed, or no API key set."""
 
 
+class ModelFailed(RuntimeError):
+    """The model's API did not answer (unreachable, refused the key, an error status)."""
+
+
 @dataclass(frozen=True, slots=True)
 class ToolCall:
     """One call the model asked for: its id, the tool's name, its JSON arguments."""
@@ -128,6 +132,7 @@ class OpenAIChatModel:
                 "pip install 'effect-broker[agent]'"
             ) from exc
         self.name = f"{provider.name} model {model}"
+        self.api_error: type[Exception] = openai.APIError
         self.model = model
         # Typed loosely: the loop's plain-dict messages are what the API takes, and the
         # SDK's TypedDict overloads would only restate them.
@@ -136,12 +141,15 @@ class OpenAIChatModel:
         )
 
     async def complete(self, messages: list[Message], tools: list[Message]) -> Turn:
-        response = await self.client.chat.completions.create(
-            model=self.model,
-            messages=messages,
-            tools=tools,
-            tool_choice="auto",
-        )
+        try:
+            response = await self.client.chat.completions.create(
+                model=self.model,
+                messages=messages,
+                tools=tools,
+                tool_choice="auto",
+            )
+        except self.api_error as exc:
+            raise ModelFailed(f"the {self.name} did not answer: {exc}") from None
         message = response.choices[0].message
         calls = tuple(
             ToolCall(call.id, call.function.name, call.function.arguments)
