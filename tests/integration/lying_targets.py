@@ -6,7 +6,9 @@ its class has one, a lookup (``GET /v1/charges?correlation_id=``):
 - ``ignores_key``: claims idempotency, makes a new charge for every request;
 - ``expires_early``: deduplicates, but forgets a key after ``forget_after`` seconds;
 - ``lagging_lookup``: reconcilable, but its lookup shows a charge only ``lag`` seconds
-  after the commit, longer than the contract's settlement_bound.
+  after the commit, longer than the contract's settlement_bound;
+- ``kit_ignores_tombstones``: speaks the target kit's protocol, but commits an attempt
+  that arrives after its key was tombstoned (no shared unique row).
 
 and one honest API in another shape: ``stripe_shaped``, which answers like Stripe's
 ``POST /v1/payment_intents`` (form bodies, a secret key, replays with
@@ -16,12 +18,23 @@ and one honest API in another shape: ``stripe_shaped``, which answers like Strip
 from __future__ import annotations
 
 import itertools
+import json
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
 from aiohttp import web
+
+from effect_broker.target.protocol import (
+    ATTEMPT_KEY_HEADER,
+    SECRET_HEADER,
+    TOMBSTONE_SUFFIX,
+    WELL_KNOWN_PREFIX,
+    AttemptReport,
+    AttemptState,
+    StoredAnswer,
+)
 
 _ids = itertools.count(1)
 
@@ -81,6 +94,52 @@ def lagging_lookup(lag: float) -> web.Application:
     app = web.Application()
     app.router.add_post("/v1/charges", post)
     app.router.add_get("/v1/charges", get)
+    return app
+
+
+def kit_ignores_tombstones(secret: str) -> web.Application:
+    committed: dict[str, StoredAnswer] = {}
+    tombstoned: set[str] = set()
+
+    def report(key: str, state: AttemptState, status: int) -> web.Response:
+        answer = committed.get(key) if state is AttemptState.COMMITTED else None
+        document = AttemptReport(key, state, "2026-01-01T00:00:00Z", answer).to_json()
+        return web.json_response(document, status=status)
+
+    async def post(request: web.Request) -> web.Response:
+        await request.read()
+        key = request.headers[ATTEMPT_KEY_HEADER]
+        charge = _charge(key)  # the lie: a tombstone does not stop this commit
+        committed[key] = StoredAnswer(201, {}, json.dumps(charge).encode())
+        return web.json_response(charge, status=201)
+
+    def authorised(request: web.Request) -> bool:
+        return request.headers.get(SECRET_HEADER) == secret
+
+    async def lookup(request: web.Request) -> web.Response:
+        key = request.match_info["key"]
+        if not authorised(request):
+            return web.json_response({"error": "forbidden"}, status=403)
+        if key in committed:
+            return report(key, AttemptState.COMMITTED, 200)
+        if key in tombstoned:
+            return report(key, AttemptState.TOMBSTONED, 200)
+        return report(key, AttemptState.ABSENT, 404)
+
+    async def tombstone(request: web.Request) -> web.Response:
+        key = request.match_info["key"]
+        if not authorised(request):
+            return web.json_response({"error": "forbidden"}, status=403)
+        if key in committed:
+            return report(key, AttemptState.COMMITTED, 409)
+        status = 200 if key in tombstoned else 201
+        tombstoned.add(key)
+        return report(key, AttemptState.TOMBSTONED, status)
+
+    app = web.Application()
+    app.router.add_post("/v1/charges", post)
+    app.router.add_get(WELL_KNOWN_PREFIX + "{key}", lookup)
+    app.router.add_put(WELL_KNOWN_PREFIX + "{key}" + TOMBSTONE_SUFFIX, tombstone)
     return app
 
 

@@ -34,6 +34,7 @@ from effect_broker.demo.payment_target import build_app
 from tests.integration.lying_targets import (
     expires_early,
     ignores_key,
+    kit_ignores_tombstones,
     lagging_lookup,
     serving,
     stripe_shaped,
@@ -330,3 +331,37 @@ routes:
     # The wrong secret proves nothing: not checkable, never "held" nor "broken".
     assert {c.verdict for c in without_secret.claims} == {Verdict.NOT_CHECKABLE}
     assert charges == 2  # one per run's committed attempt; the tombstoned ones: none
+
+
+async def test_a_kit_that_lets_a_tombstoned_attempt_commit_is_broken(
+    tmp_path: Path,
+) -> None:
+    secret = "kit-secret-for-verify-0123456789"
+    async with serving(kit_ignores_tombstones(secret)) as url:
+        routes = tmp_path / "kit-routes.yaml"
+        routes.write_text(
+            f"""version: 1
+contracts:
+  - name: pay.kit
+    version: "1"
+    safety: transactional
+    timeout: 5s
+routes:
+  - name: kit
+    match: {{method: POST, path: /kit/v1/charges}}
+    strip_prefix: /kit
+    upstream: {url}
+    contract: pay.kit
+    inject_headers: {{Effect-Broker-Secret: "${{env:KIT_SECRET}}"}}
+"""
+        )
+        route = load_routes(routes).routes[0]
+        request = SandboxRequest("POST", route.match.path, BODY)
+        report = await run_verify(
+            route, sandbox_for(route, request, {"KIT_SECRET": secret}), VerifyOptions()
+        )
+    assert {c.claim: c.verdict for c in report.claims} == {
+        KIT_FINDS_COMMITTED: Verdict.HELD,
+        KIT_REFUSES_TOMBSTONE_AFTER_COMMIT: Verdict.HELD,
+        KIT_BLOCKS_TOMBSTONED: Verdict.BROKEN,
+    }, report
