@@ -49,6 +49,13 @@ class PayloadMismatch(EffectBrokerError):
     status = 422
 
 
+class SuspectedDuplicate(EffectBrokerError):
+    """A new Operation-Key with the same payload as a recent effect on this route."""
+
+    problem_type = "suspected-duplicate"
+    status = 409
+
+
 class MissingOperationKey(EffectBrokerError):
     """This route records effects: send an Operation-Key header naming the intent."""
 

@@ -64,6 +64,13 @@ def end_to_end(headers: Iterable[tuple[str, str]]) -> Headers:
     return [(name, value) for name, value in pairs if name.lower() not in drop]
 
 
+#: A client's declaration that a request repeating a recent payload under a new
+#: operation key is meant (a second, equal order): the duplicate guard lets it through.
+#: The proxy's own header: never forwarded.
+REPEAT_HEADER = "Effect-Repeat"
+REPEAT_INTENTIONAL = "intentional"
+
+
 def upstream_request_headers(
     incoming: Iterable[tuple[str, str]],
     *,
@@ -77,7 +84,12 @@ def upstream_request_headers(
     ``Host`` and ``Content-Length`` are left to the HTTP client, which derives them from
     the upstream URL and the unchanged body bytes.
     """
-    replaced = {operation_key_header.lower(), "host", "content-length"}
+    replaced = {
+        operation_key_header.lower(),
+        REPEAT_HEADER.lower(),
+        "host",
+        "content-length",
+    }
     replaced.update(name.lower() for name in inject)
     if downstream_header is not None:
         replaced.add(downstream_header.lower())

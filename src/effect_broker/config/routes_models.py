@@ -13,6 +13,7 @@ These models only validate; the loader turns them into the frozen dataclasses in
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Annotated, Literal, get_args
 
 from pydantic import (
@@ -42,6 +43,7 @@ from effect_broker.config.routes_fields import (
     ROUTE_PATH_PATTERN,
     SCHEMA_TITLE,
     UPSTREAM_PATTERN,
+    ContractRef,
     ContractVersion,
     Duration,
     FileVersion,
@@ -95,6 +97,20 @@ class ProxySection(Section):
 # --- contracts ---------------------------------------------------------------------
 
 
+class DuplicatePayloadSection(Section):
+    """What to do with a new operation key whose payload equals a recent effect's."""
+
+    mode: Literal["off", "warn", "hold"] = Field(
+        description="off; warn: count it (effect_broker_suspected_duplicates_total) and "
+        "log it; hold: answer 409 suspected-duplicate naming the earlier effect, unless "
+        "the client sends Effect-Repeat: intentional."
+    )
+    window: Duration = Field(
+        timedelta(minutes=10),
+        description="How far back an equal payload counts as the same intent, e.g. 10m.",
+    )
+
+
 class ContractBase(Section):
     """What every contract has, whatever its safety class."""
 
@@ -127,6 +143,11 @@ class ContractBase(Section):
         None,
         description="How long a settled effect stays in the ledger before it is pruned "
         "(default: 7d, or key_retention when longer); never shorter than key_retention.",
+    )
+    duplicate_payload_window: Optional[DuplicatePayloadSection] = Field(
+        None,
+        description="Guard against keys minted fresh per retry: a new operation key "
+        "whose payload equals a recent effect's on the same route (default: off).",
     )
     operation_key_header: Optional[HeaderName] = Field(
         None,
@@ -322,9 +343,10 @@ class RouteSection(Section):
             None, description="Leading segments of match.path removed before forwarding."
         )
     )
-    contract: Optional[Name] = Field(
+    contract: Optional[ContractRef] = Field(
         None,
-        description="The name of a contract in this file (required unless mcp is set).",
+        description="The name of a contract in this file, or a packaged preset such as "
+        "stripe@1 (required unless mcp is set).",
     )
     mcp: Optional[McpSection] = Field(
         None,

@@ -8,6 +8,7 @@ the engine did as an answer. Every answer for a matched route carries ``Effect-I
 
 from __future__ import annotations
 
+import logging
 import time
 import unicodedata
 from datetime import UTC, datetime, timedelta
@@ -18,7 +19,7 @@ from opentelemetry import trace
 from opentelemetry.trace import SpanKind
 
 from effect_broker.canonical import canonical_body, canonical_query, request_hash
-from effect_broker.config.contracts import Contract, Route
+from effect_broker.config.contracts import Contract, DuplicateGuard, Route
 from effect_broker.config.paths import RequestPath
 from effect_broker.engine.engine import Intent
 from effect_broker.engine.messages import StoredRequest, StoredResponse
@@ -44,16 +45,23 @@ from effect_broker.errors import (
     PayloadMismatch,
     ResolvedByOperator,
     SendWithheld,
+    SuspectedDuplicate,
     UpstreamBusy,
     UpstreamTLS,
     UpstreamUnreachable,
 )
-from effect_broker.headers import preferred_wait, upstream_request_headers
+from effect_broker.headers import (
+    REPEAT_HEADER,
+    REPEAT_INTENTIONAL,
+    preferred_wait,
+    upstream_request_headers,
+)
 from effect_broker.models import Effect, ReceiptSource, SafetyClass
 from effect_broker.problems import effect_headers, problem_response
 from effect_broker.proxy.edge_input import printable
 from effect_broker.proxy.receipt_cache import SettledReplay, prunable_at
 from effect_broker.proxy.state import ProxyState
+from effect_broker.ratelimited_log import RateLimitedLog
 from effect_broker.tracing import (
     current_context_headers,
     incoming_context,
@@ -61,6 +69,10 @@ from effect_broker.tracing import (
     tracer,
     untraced,
 )
+
+log = logging.getLogger("effect_broker.proxy")
+#: One line per route a minute at most: a client re-minting keys repeats itself.
+duplicate_log = RateLimitedLog(log)
 
 MAX_OPERATION_KEY = 255
 PAYLOAD_MISMATCH = (
@@ -197,6 +209,11 @@ class EffectRequest:
             if cached.effect.request_hash != fingerprint:
                 return self._answer(Conflict(cached.effect))
             return self._answer(Replayed(cached.effect, cached.response, cached.source))
+        guard = self.contract.duplicate_guard
+        if guard is not None and not declared_repeat(self.request):
+            held = await self._suspected_duplicate(guard, key, fingerprint)
+            if held is not None:
+                return held
         outcome = await self.state.engine.submit(
             Intent(
                 tenant=self.tenant,
@@ -212,6 +229,45 @@ class EffectRequest:
         if isinstance(outcome, Answered) and outcome.attempt.overflow is not None:
             return await self._stream_overflow(outcome)
         return self._answer(outcome)
+
+    async def _suspected_duplicate(
+        self, guard: DuplicateGuard, key: str, fingerprint: str
+    ) -> web.Response | None:
+        """Warn about, or hold, a new key whose request equals a recent effect's."""
+        earlier = await self.state.store.recent_duplicate(
+            self.tenant, self.route.name, fingerprint, key, guard.window
+        )
+        if earlier is None:
+            return None
+        self.state.metrics.suspected_duplicates.labels(
+            self.route.name, guard.action
+        ).inc()
+        ago = max(0, int((datetime.now(UTC) - earlier.created_at).total_seconds()))
+        duplicate_log.warning(
+            f"suspected-duplicate:{self.route.name}",
+            "route %s: a new operation key carries the same request as effect %s, "
+            "%ss ago (duplicate_payload_window: %s)",
+            self.route.name,
+            earlier.effect_id,
+            ago,
+            guard.action,
+        )
+        if guard.action != "hold":
+            return None
+        return problem_response(
+            SuspectedDuplicate(
+                f"this request equals effect {earlier.effect_id}'s, sent {ago}s ago on "
+                f"route {self.route.name} under another {self.route.operation_key_header}"
+                ", so it was not sent. A retry of that intent must reuse its key "
+                f"({earlier.operation_key!r}); a new intent that happens to look the "
+                f"same goes through with '{REPEAT_HEADER}: {REPEAT_INTENTIONAL}'"
+            ),
+            extra={
+                "earlier_effect_id": str(earlier.effect_id),
+                "earlier_operation_key": earlier.operation_key,
+                "earlier_created_at": earlier.created_at.isoformat(),
+            },
+        )
 
     def _answer(self, outcome: Outcome) -> web.Response:
         """Render what the engine did: the target's answer, a receipt, or a problem."""
@@ -427,6 +483,12 @@ def _resolved_by_operator(effect: Effect, receipt: StoredResponse) -> web.Respon
             "external_id": verdict.external_id,
         },
     )
+
+
+def declared_repeat(request: web.Request) -> bool:
+    """The client says this equal payload under a new key is meant (a second order)."""
+    value = request.headers.get(REPEAT_HEADER, "")
+    return value.strip().lower() == REPEAT_INTENTIONAL
 
 
 def is_absolute_form(request: web.Request) -> bool:
