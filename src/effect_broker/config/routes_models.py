@@ -104,7 +104,9 @@ class ContractBase(Section):
     )
     safety: str = Field(description="What the target can prove after a lost response.")
     timeout: Duration = Field(
-        DEFAULT_TIMEOUT, description="How long one attempt may take, e.g. 10s."
+        DEFAULT_TIMEOUT,
+        description="How long one attempt may take, e.g. 10s; for a streamed answer "
+        "(text/event-stream, or a body of unknown length), how long until its head.",
     )
     retry_limit: int = Field(
         DEFAULT_RETRY_LIMIT, ge=0, description="Attempts the reconciler may add."
@@ -115,6 +117,12 @@ class ContractBase(Section):
         "sending (default: proxy's EFFECT_BROKER_LEASE_GRACE, 5s). A proxy held up "
         "past that moment sends nothing; longer survives longer pauses between the "
         "check and the write, at the price of a later takeover of a dead sender.",
+    )
+    stream_idle_timeout: Optional[Duration] = Field(
+        None,
+        description="How long a streamed answer may go without a byte before its "
+        "outcome is unknown (default: timeout); a stream that keeps flowing may outlast "
+        "timeout and still settle as answered.",
     )
     ledger_retention: Optional[Duration] = Field(
         None,
