@@ -33,6 +33,7 @@ from effect_broker.engine.results import (
     Unknowable,
     Unknown,
 )
+from effect_broker.engine.stream import STREAMED_HEADER
 from effect_broker.engine.targets import upstream_url
 from effect_broker.errors import (
     BodyTooLarge,
@@ -52,6 +53,7 @@ from effect_broker.headers import upstream_request_headers
 from effect_broker.models import Effect, ReceiptSource, SafetyClass
 from effect_broker.problems import effect_headers, problem_response
 from effect_broker.proxy.edge_input import printable
+from effect_broker.proxy.live_answer import stream_recorded
 from effect_broker.proxy.receipt_cache import SettledReplay, prunable_at
 from effect_broker.proxy.state import ProxyState
 from effect_broker.tracing import (
@@ -119,12 +121,16 @@ async def read_body(request: web.Request, limit: int) -> bytes:
 def stored_response_to_web(
     response: StoredResponse, effect: Effect, *, replayed: bool
 ) -> web.Response:
+    """A stored answer; one that was streamed is framed as it was (chunked)."""
     headers: list[tuple[str, str]] = [
         (name, value)
         for name, value in response.headers
         if name.lower() not in ("effect-id", "effect-status", "content-length")
+        and name != STREAMED_HEADER
     ]
     out = web.Response(status=response.status, reason=response.reason or None)
+    if any(name == STREAMED_HEADER for name, _ in response.headers):
+        out.enable_chunked_encoding()
     for name, value in headers:
         out.headers.add(name, value)
     out.headers.update(effect_headers(effect))
@@ -208,6 +214,8 @@ class EffectRequest:
             )
         )
         self.upstream_seconds += outcome.upstream_seconds
+        if isinstance(outcome, Answered) and outcome.attempt.stream is not None:
+            return await stream_recorded(self.request, outcome)
         if isinstance(outcome, Answered) and outcome.attempt.overflow is not None:
             return await self._stream_overflow(outcome)
         return self._answer(outcome)
