@@ -166,6 +166,7 @@ class RecordedStream:
         self._renew_lease = renew_lease
         self._stopping = asyncio.Event()
         self._ran = False
+        self.elapsed = 0.0  # seconds spent reading the body from the target, once run
 
     async def run(self, sink: Sink | None) -> StreamEnd:
         """Read the target's body to its end, give each chunk to ``sink`` while it
@@ -177,6 +178,7 @@ class RecordedStream:
         renewer = asyncio.create_task(self._keep_lease())
         try:
             ending = await self._read(sink)
+            self.elapsed = ending.elapsed
         finally:
             self._stopping.set()
             with contextlib.suppress(Exception):

@@ -215,7 +215,10 @@ class EffectRequest:
         )
         self.upstream_seconds += outcome.upstream_seconds
         if isinstance(outcome, Answered) and outcome.attempt.stream is not None:
-            return await stream_recorded(self.request, outcome)
+            try:
+                return await stream_recorded(self.request, outcome)
+            finally:  # the body's time at the target is not the proxy's overhead
+                self.upstream_seconds += outcome.attempt.stream.elapsed
         if isinstance(outcome, Answered) and outcome.attempt.overflow is not None:
             return await self._stream_overflow(outcome)
         return self._answer(outcome)
