@@ -44,7 +44,7 @@ async def stream(request: web.Request) -> web.StreamResponse:
     for number in range(STREAM_EVENTS):
         if number:
             await asyncio.sleep(EVENT_GAP)
-        await out.write(f"id: {number}\ndata: {{\"token\": {number}}}\n\n".encode())
+        await out.write(f'id: {number}\ndata: {{"token": {number}}}\n\n'.encode())
     await out.write_eof()
     return out
 
