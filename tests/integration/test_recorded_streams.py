@@ -5,7 +5,8 @@ The fake target holds every stream after its first event until the test opens it
 gate, so a client that receives the first event before the gate opens proves the
 proxy passed it on alone (a proxy that waited for the whole answer would deadlock the
 test into its timeout). Clients: httpx, and the real openai and anthropic SDKs, in
-reverse mode and through HTTP_PROXY (httpx's ``proxy=``).
+reverse mode and through HTTP_PROXY (httpx's ``proxy=``); httpx and openai through
+HTTPS_PROXY too, the proxy intercepting with its local CA.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import hashlib
+import ssl
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -35,6 +37,7 @@ from tests.integration.stream_support import (
     stream_routes,
     stream_target,
 )
+from tests.integration.tls_support import TlsWorld, serve_tls
 
 MODES = ("reverse", "forward")
 # The first event through the proxy, after the fake sent it: "a few ms", with room
@@ -402,3 +405,76 @@ async def test_anthropic_streams_through_the_proxy_and_replays_the_same_events(
         replayed, _ = await ask()
         assert replayed == events
         assert target.hits == 1
+
+
+# --------------------------------------------------------------- through HTTPS_PROXY
+
+
+@asynccontextmanager
+async def intercepting_broker(
+    database_url: str, tmp_path: Path
+) -> AsyncIterator[tuple[Broker, StreamTarget, ssl.SSLContext]]:
+    """The stream target behind TLS as api.test, reached through the intercepting
+    proxy; the context a client trusts the proxy's CA with."""
+    world = TlsWorld(tmp_path)
+    target = StreamTarget()
+    async with (
+        serve_tls(target.handle, world.server_context()) as port,
+        running_broker(
+            database_url,
+            tmp_path,
+            routes=lambda _: stream_routes(f"https://127.0.0.1:{port}").replace(
+                f"host: {FORWARD_HOST}", "host: api.test"
+            ),
+            **world.settings(),
+        ) as broker,
+    ):
+        try:
+            yield broker, target, world.client_context()
+        finally:
+            target.gate.set()
+            target.closing.set()
+
+
+async def test_httpx_and_openai_stream_through_https_proxy(
+    database_url: str, tmp_path: Path
+) -> None:
+    async with intercepting_broker(database_url, tmp_path) as (broker, target, trust):
+        headers = {"Operation-Key": "tls-1"}
+        url = "https://api.test/v1/events"
+        async with (
+            httpx.AsyncClient(proxy=broker.proxy_url, verify=trust) as client,
+            client.stream("POST", url, headers=headers, json={}) as response,
+        ):
+            assert response.headers["Effect-Status"] == "dispatching"
+            first, lag, rest = await first_then_rest(response, target)
+        assert lag < FIRST_EVENT_BOUND
+        assert first + rest == b"".join(plain_events(5))
+        assert await effect_status(database_url, "tls-1") == "succeeded"
+        async with httpx.AsyncClient(proxy=broker.proxy_url, verify=trust) as client:
+            replay = await client.post(url, headers=headers, json={})
+        assert replay.content == first + rest
+        assert replay.headers["Idempotent-Replayed"] == "true"
+
+        target.gate.clear()
+        async with (
+            httpx.AsyncClient(proxy=broker.proxy_url, verify=trust) as http,
+            openai.AsyncOpenAI(
+                base_url="https://api.test/v1",
+                api_key="sk-test",
+                max_retries=0,
+                http_client=http,
+            ) as sdk,
+        ):
+            stream = await sdk.chat.completions.create(
+                model="fake",
+                messages=[{"role": "user", "content": "hi"}],
+                stream=True,
+                extra_headers={"Operation-Key": "tls-chat"},
+            )
+            words = []
+            async for chunk in stream:
+                target.gate.set()  # only once the first chunk came through
+                words.append(chunk.choices[0].delta.content or "")
+        assert words == [f"w{i} " for i in range(5)]
+        assert target.hits == 2
