@@ -55,6 +55,9 @@ STREAMED_HEADER = "Effect-Receipt-Streamed"
 DIGEST_HEADER = "Effect-Receipt-Digest"
 LENGTH_HEADER = "Effect-Receipt-Body-Length"
 
+# How long after a failed lease renewal the next one is tried, at the soonest.
+RENEW_RETRY = 0.25
+
 # Where a chunk of the answer goes while the stream runs (the client, or nowhere).
 Sink = Callable[[bytes], Awaitable[None]]
 
@@ -275,8 +278,9 @@ class RecordedStream:
         A renewal that fails is logged and tried again at the next turn; one fenced
         by another writer ends the renewals (the settling write is fenced too).
         """
+        floor = 0.0  # after a failed renewal: not a tight loop against a ledger down
         while True:
-            wait = max(0.0, (self._lease_ends_at - time.monotonic()) / 2)
+            wait = max(floor, (self._lease_ends_at - time.monotonic()) / 2)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._stopping.wait(), timeout=wait)
             if self._stopping.is_set():
@@ -290,6 +294,8 @@ class RecordedStream:
                 )
                 if isinstance(exc, StaleVersion):
                     return
-                # Unknown whether it held: keep the old bound, try again sooner.
+                # Unknown whether it held: keep the old bound, try again soon.
+                floor = RENEW_RETRY
                 continue
+            floor = 0.0
             self._lease_ends_at = asked_at + self._renew_lease
