@@ -40,9 +40,13 @@ from tests.integration.stream_support import (
 from tests.integration.tls_support import TlsWorld, serve_tls
 
 MODES = ("reverse", "forward")
-# The first event through the proxy, after the fake sent it: "a few ms", with room
-# for a loaded two-core test machine.
+# The first event through the proxy, after the fake sent it: "a few ms" (about 1 ms
+# measured), with room for a loaded two-core test machine.
 FIRST_EVENT_BOUND = 0.25
+# The same seen through an SDK's stream, which includes the SDK's own first parse (a
+# cold anthropic client took 61 ms where the bytes took 1): the gate already proves
+# the event came through alone, this bounds only how late.
+SDK_FIRST_EVENT_BOUND = 1.0
 
 
 @asynccontextmanager
@@ -357,7 +361,7 @@ async def test_openai_streams_through_the_proxy_and_replays_the_same_chunks(
                 return words, lag
 
         words, lag = await chat()
-        assert lag < FIRST_EVENT_BOUND
+        assert lag < SDK_FIRST_EVENT_BOUND
         assert words == [f"w{i} " for i in range(5)]
         await settled(database_url, "chat-1", "succeeded")
         replayed, _ = await chat()
@@ -398,7 +402,7 @@ async def test_anthropic_streams_through_the_proxy_and_replays_the_same_events(
                 return kinds, lag
 
         events, lag = await ask()
-        assert lag < FIRST_EVENT_BOUND
+        assert lag < SDK_FIRST_EVENT_BOUND
         assert events[0] == "message_start"
         assert events[-1] == "".join(f"w{i} " for i in range(5))
         await settled(database_url, "ask-1", "succeeded")
