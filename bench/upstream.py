@@ -32,6 +32,9 @@ EVENT_GAP = 0.005
 
 async def answer(request: web.Request) -> web.StreamResponse:
     await request.read()  # a real target reads the body before it answers
+    # A slow call on request (bench/duplicates.py): the seconds the work takes.
+    if delay := request.headers.get("X-Bench-Delay"):
+        await asyncio.sleep(float(delay))
     if request.path.endswith("/stream"):
         return await stream(request)
     return web.Response(body=CHARGE, content_type="application/json")

@@ -91,3 +91,25 @@ def response_headers(incoming: Iterable[tuple[str, str]]) -> Headers:
         for name, value in end_to_end(incoming)
         if name.lower() != "content-length"
     ]
+
+
+MAX_PREFERRED_WAIT = 60.0  # seconds a client may ask a duplicate to wait
+
+
+def preferred_wait(prefer_values: Iterable[str]) -> float | None:
+    """The ``wait`` preference of RFC 7240 (``Prefer: wait=10``, possibly among others,
+    in one or more ``Prefer`` headers), in seconds, capped at ``MAX_PREFERRED_WAIT``.
+
+    None when absent or unreadable: a preference the server cannot read is ignored
+    (RFC 7240 section 2), never an error.
+    """
+    for value in prefer_values:
+        for preference in value.split(","):
+            name, _, rest = preference.strip().partition("=")
+            if name.strip().lower() != "wait":
+                continue
+            number = rest.partition(";")[0].strip().strip('"')
+            if number.isdigit():
+                return min(float(number), MAX_PREFERRED_WAIT)
+            return None
+    return None

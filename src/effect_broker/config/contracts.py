@@ -62,6 +62,9 @@ class Probe:
         )
 
 
+DEFAULT_IN_FLIGHT_WAIT = timedelta(seconds=5)
+
+
 @dataclass(frozen=True, slots=True)
 class Contract:
     """What a target promises, and so what the proxy may do after a lost response.
@@ -89,6 +92,8 @@ class Contract:
     ledger_retention: timedelta = DEFAULT_LEDGER_RETENTION
     # How long the lease outlasts the send window (engine.fence); None: the proxy's.
     lease_grace: timedelta | None = None
+    # How long a duplicate waits for the request in flight before its 409.
+    in_flight_wait: timedelta = DEFAULT_IN_FLIGHT_WAIT
     # A streamed answer (engine.stream): the longest gap between two of its bytes
     # before the outcome is unknown; None: ``timeout``. ``timeout`` then bounds only
     # the wait for the answer's head, so a stream that keeps flowing may run on.

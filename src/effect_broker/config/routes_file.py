@@ -178,6 +178,7 @@ def _contract(section: ContractSection) -> Contract:
         operation_key_header=section.operation_key_header,
         ledger_retention=section.ledger_retention or DEFAULT_LEDGER_RETENTION,
         lease_grace=section.lease_grace,
+        in_flight_wait=section.in_flight_wait,
         stream_idle_timeout=section.stream_idle_timeout,
     )
     if isinstance(section, IdempotentContract):

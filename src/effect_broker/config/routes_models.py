@@ -25,6 +25,7 @@ from pydantic import (
 )
 
 from effect_broker.config.contracts import (
+    DEFAULT_IN_FLIGHT_WAIT,
     DEFAULT_OPERATION_KEY_HEADER,
     DEFAULT_RETRY_LIMIT,
     DEFAULT_TIMEOUT,
@@ -117,6 +118,12 @@ class ContractBase(Section):
         "sending (default: proxy's EFFECT_BROKER_LEASE_GRACE, 5s). A proxy held up "
         "past that moment sends nothing; longer survives longer pauses between the "
         "check and the write, at the price of a later takeover of a dead sender.",
+    )
+    in_flight_wait: Duration = Field(
+        DEFAULT_IN_FLIGHT_WAIT,
+        description="How long a request with the key of one in flight waits for its "
+        "answer (and gets it as a replay) before a 409; a client's Prefer: wait=N "
+        "(RFC 7240, at most 60s) overrides it for its own request. 0s: answer at once.",
     )
     stream_idle_timeout: Optional[Duration] = Field(
         None,

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 import unicodedata
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from aiohttp import web
@@ -49,7 +49,7 @@ from effect_broker.errors import (
     UpstreamTLS,
     UpstreamUnreachable,
 )
-from effect_broker.headers import upstream_request_headers
+from effect_broker.headers import preferred_wait, upstream_request_headers
 from effect_broker.models import Effect, ReceiptSource, SafetyClass
 from effect_broker.problems import effect_headers, problem_response
 from effect_broker.proxy.edge_input import printable
@@ -211,6 +211,7 @@ class EffectRequest:
                 route=self.route,
                 request=self._stored_request(body),
                 preview=self._preview(body),
+                wait=self._preferred_wait(),
             )
         )
         self.upstream_seconds += outcome.upstream_seconds
@@ -352,6 +353,12 @@ class EffectRequest:
             contract_name=self.contract.name,
             contract_version=self.contract.version,
         )
+
+    def _preferred_wait(self) -> timedelta | None:
+        """``Prefer: wait=N``: how long a duplicate may wait for the request in flight
+        (None: the contract's ``in_flight_wait``)."""
+        seconds = preferred_wait(self.request.headers.getall("Prefer", []))
+        return None if seconds is None else timedelta(seconds=seconds)
 
     def _stored_request(self, body: bytes) -> StoredRequest:
         """The request as the target must see it, before the derived key and secrets."""

@@ -270,6 +270,12 @@ RETURNING e.route;
 -- One effect of one tenant.
 SELECT * FROM effects WHERE tenant_id = $1 AND effect_id = $2;
 
+-- effect_versions --
+-- The versions of the effects duplicates wait on, and the database's time of the read.
+SELECT now() AS observed_at, e.effect_id, e.version
+FROM unnest($1::text[], $2::uuid[]) AS w (tenant_id, effect_id)
+JOIN effects AS e ON e.tenant_id = w.tenant_id AND e.effect_id = w.effect_id;
+
 -- get_effect_by_key --
 -- One effect of one tenant by its operation key.
 SELECT * FROM effects WHERE tenant_id = $1 AND operation_key = $2;
