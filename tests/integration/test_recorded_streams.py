@@ -172,6 +172,42 @@ async def test_httpx_sees_the_first_event_at_once_and_a_retry_replays_the_events
         assert target.hits == 1
 
 
+async def test_a_duplicate_mid_stream_waits_and_gets_the_recorded_events(
+    database_url: str, tmp_path: Path
+) -> None:
+    """The same key again while the first answer streams: it waits for the stream to
+    settle and is then given the replay, woken by this process when the stream ends
+    (the cross-process poll is slowed to an hour here, so only that wake counts)."""
+    async with streaming_broker(database_url, tmp_path) as (broker, target):
+        broker.state.engine.wiring.waiters._interval = 3600.0
+        url = url_of(broker, "events", "reverse")
+        async with (
+            httpx.AsyncClient(timeout=10.0) as client,
+            client.stream(
+                "POST", url, headers={"Operation-Key": "twice"}, json={}
+            ) as response,
+        ):
+            chunks = response.aiter_raw()
+            first = await anext(chunks)
+            duplicate = asyncio.ensure_future(
+                client.post(
+                    url, headers={"Operation-Key": "twice", "Prefer": "wait=5"}, json={}
+                )
+            )
+            done, _ = await asyncio.wait({duplicate}, timeout=0.3)
+            assert not done, "the duplicate was answered while the first still streamed"
+            target.gate.set()
+            whole = first + b"".join([chunk async for chunk in chunks])
+            ended = time.monotonic()
+            replay = await asyncio.wait_for(duplicate, 5)
+            waited_after_end = time.monotonic() - ended
+        assert replay.status_code == 200
+        assert replay.headers["Idempotent-Replayed"] == "true"
+        assert replay.content == whole == b"".join(plain_events(5))
+        assert waited_after_end < 1.0
+        assert target.hits == 1
+
+
 async def test_the_end_of_the_stream_waits_for_the_receipt(
     database_url: str, tmp_path: Path
 ) -> None:

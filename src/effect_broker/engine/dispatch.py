@@ -113,6 +113,7 @@ class Dispatcher:
         self._max_receipt_bytes = wiring.max_receipt_bytes
         self._lease_grace = wiring.lease_grace
         self._protocols = wiring.protocols
+        self._waiters = wiring.waiters
         self.metrics = wiring.metrics
         self._rng = random.Random()
 
@@ -225,9 +226,12 @@ class Dispatcher:
             )
 
         async def settle(current: Effect, ending: Ending) -> Effect:
-            settled = await self._settle(
-                current, contract, _attempt_of(attempt, ending), after_unknown
-            )
+            try:
+                settled = await self._settle(
+                    current, contract, _attempt_of(attempt, ending), after_unknown
+                )
+            finally:  # the stream's end is the work's end: duplicates look again
+                self._waiters.notify(current.effect_id)
             if settled.status not in TERMINAL:
                 self.metrics.effects.labels(settled.route, settled.status.value).inc()
             return settled
