@@ -111,6 +111,15 @@ class Contract:
     in_flight_wait: timedelta = DEFAULT_IN_FLIGHT_WAIT
     # None: off. Applies to HTTP routes (an MCP tool call is not checked).
     duplicate_guard: DuplicateGuard | None = None
+    # A streamed answer (engine.stream): the longest gap between two of its bytes
+    # before the outcome is unknown; None: ``timeout``. ``timeout`` then bounds only
+    # the wait for the answer's head, so a stream that keeps flowing may run on.
+    stream_idle_timeout: timedelta | None = None
+
+    @property
+    def idle_timeout(self) -> timedelta:
+        """The longest silence a streamed answer may keep."""
+        return self.stream_idle_timeout or self.timeout
 
     @property
     def downstream_header(self) -> str | None:

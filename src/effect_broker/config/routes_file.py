@@ -182,6 +182,7 @@ def _contract(section: ContractSection) -> Contract:
         lease_grace=section.lease_grace,
         in_flight_wait=section.in_flight_wait,
         duplicate_guard=_duplicate_guard(section),
+        stream_idle_timeout=section.stream_idle_timeout,
     )
     if isinstance(section, IdempotentContract):
         if section.ledger_retention is None:  # the default never undercuts the key's

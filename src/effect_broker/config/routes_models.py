@@ -121,7 +121,9 @@ class ContractBase(Section):
     )
     safety: str = Field(description="What the target can prove after a lost response.")
     timeout: Duration = Field(
-        DEFAULT_TIMEOUT, description="How long one attempt may take, e.g. 10s."
+        DEFAULT_TIMEOUT,
+        description="How long one attempt may take, e.g. 10s; for a streamed answer "
+        "(text/event-stream, or a body of unknown length), how long until its head.",
     )
     retry_limit: int = Field(
         DEFAULT_RETRY_LIMIT, ge=0, description="Attempts the reconciler may add."
@@ -138,6 +140,12 @@ class ContractBase(Section):
         description="How long a request with the key of one in flight waits for its "
         "answer (and gets it as a replay) before a 409; a client's Prefer: wait=N "
         "(RFC 7240, at most 60s) overrides it for its own request. 0s: answer at once.",
+    )
+    stream_idle_timeout: Optional[Duration] = Field(
+        None,
+        description="How long a streamed answer may go without a byte before its "
+        "outcome is unknown (default: timeout); a stream that keeps flowing may outlast "
+        "timeout and still settle as answered.",
     )
     ledger_retention: Optional[Duration] = Field(
         None,

@@ -62,6 +62,10 @@ class Ledger(Protocol):
         settlement_bound: timedelta | None = None,
     ) -> Effect: ...
 
+    async def renew_lease(
+        self, effect: Effect, *, owner: str, lease: timedelta
+    ) -> Effect: ...
+
     async def transition(
         self,
         effect: Effect,

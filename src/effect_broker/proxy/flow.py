@@ -34,6 +34,7 @@ from effect_broker.engine.results import (
     Unknowable,
     Unknown,
 )
+from effect_broker.engine.stream import STREAMED_HEADER
 from effect_broker.engine.targets import upstream_url
 from effect_broker.errors import (
     BodyTooLarge,
@@ -59,6 +60,7 @@ from effect_broker.headers import (
 from effect_broker.models import Effect, ReceiptSource, SafetyClass
 from effect_broker.problems import effect_headers, problem_response
 from effect_broker.proxy.edge_input import printable
+from effect_broker.proxy.live_answer import stream_recorded
 from effect_broker.proxy.receipt_cache import SettledReplay, prunable_at
 from effect_broker.proxy.state import ProxyState
 from effect_broker.ratelimited_log import RateLimitedLog
@@ -131,12 +133,16 @@ async def read_body(request: web.Request, limit: int) -> bytes:
 def stored_response_to_web(
     response: StoredResponse, effect: Effect, *, replayed: bool
 ) -> web.Response:
+    """A stored answer; one that was streamed is framed as it was (chunked)."""
     headers: list[tuple[str, str]] = [
         (name, value)
         for name, value in response.headers
         if name.lower() not in ("effect-id", "effect-status", "content-length")
+        and name != STREAMED_HEADER
     ]
     out = web.Response(status=response.status, reason=response.reason or None)
+    if any(name == STREAMED_HEADER for name, _ in response.headers):
+        out.enable_chunked_encoding()
     for name, value in headers:
         out.headers.add(name, value)
     out.headers.update(effect_headers(effect))
@@ -226,6 +232,11 @@ class EffectRequest:
             )
         )
         self.upstream_seconds += outcome.upstream_seconds
+        if isinstance(outcome, Answered) and outcome.attempt.stream is not None:
+            try:
+                return await stream_recorded(self.request, outcome)
+            finally:  # the body's time at the target is not the proxy's overhead
+                self.upstream_seconds += outcome.attempt.stream.elapsed
         if isinstance(outcome, Answered) and outcome.attempt.overflow is not None:
             return await self._stream_overflow(outcome)
         return self._answer(outcome)

@@ -292,6 +292,19 @@ class Store(CoalescedWrites, LedgerReads, LedgerKeys, RunningCalls):
             error,
         )
 
+    async def renew_lease(
+        self, effect: Effect, *, owner: str, lease: timedelta
+    ) -> Effect:
+        """Extend a DISPATCHING effect's lease to ``lease`` from now, for its holder.
+
+        Fenced by version like every write, and the version moves on: a worker that
+        read the effect while the old lease looked expired cannot take it over after
+        this commit. ``StaleVersion`` when someone else moved it first.
+        """
+        return await self._write_one(
+            "renew_lease", effect, effect.effect_id, effect.version, owner, lease
+        )
+
     async def record_receipt(
         self,
         effect: Effect,

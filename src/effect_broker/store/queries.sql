@@ -195,6 +195,25 @@ SELECT moved.*, append_effect_event(
 ) IS NOT NULL AS event_written
 FROM moved;
 
+-- renew_lease --
+-- Extend the lease of an attempt still sending or streaming, only for its holder.
+WITH moved AS (
+    UPDATE effects SET
+        version = version + 1,
+        lease_expires_at = now() + $4::interval,
+        due_at = now() + $4::interval,
+        updated_at = now()
+    WHERE effect_id = $1 AND version = $2 AND status = 'dispatching'
+      AND lease_owner = $3
+    RETURNING effects.*
+)
+SELECT moved.*, append_effect_event(
+    moved.effect_id, moved.version, 'lease_renewed', 'dispatching', 'dispatching', $3,
+    jsonb_build_object('lease_seconds', extract(epoch FROM $4::interval)),
+    moved.updated_at
+) IS NOT NULL AS event_written
+FROM moved;
+
 -- claim_due --
 -- Lease up to $1 effects whose wake-up time has passed, skipping rows others hold.
 WITH due AS (
