@@ -26,6 +26,7 @@ from tests.integration.harness import (
     running_broker,
     serve_handler,
 )
+from tests.integration.resolvers import Unresolvable
 
 CHARGE = {"amount": 1000, "currency": "usd", "order_id": "order-1"}
 BIG_BODY = (bytes(range(256)) * 20)[:5000]  # every byte value, 5000 bytes
@@ -161,10 +162,15 @@ async def test_a_get_on_a_reverse_route_path_is_not_recorded(
 async def test_a_get_on_a_forward_route_path_is_passed_through_unrecorded(
     broker: Broker, database_url: str
 ) -> None:
-    """The GET goes to payments.internal itself, which does not resolve here: 502."""
+    """The GET goes to payments.internal itself, which the test makes unresolvable
+    (whatever this machine's hosts file says): 502."""
+    resolver = Unresolvable({"payments.internal"})
+    broker.state.egress.resolver = resolver
     answer = await send(
         "GET", "http://payments.internal/v1/charges", proxy=broker.proxy_url
     )
+
+    assert resolver.asked == ["payments.internal"]
 
     assert answer.status == 502
     assert answer.problem["type"] == PROBLEMS + "upstream-unreachable"
