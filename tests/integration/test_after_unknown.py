@@ -9,7 +9,7 @@ import asyncio
 from pathlib import Path
 
 from tests.integration.harness import ledger_rows, running_broker
-from tests.integration.test_proxy_outcomes import charge, post
+from tests.integration.proxy_support import charge, post
 
 ROUTES = """\
 version: 1

@@ -20,7 +20,7 @@ from tests.integration.harness import (
     running_broker,
     serve_handler,
 )
-from tests.integration.test_proxy_outcomes import charge, post
+from tests.integration.proxy_support import charge, post
 
 ROUTES = """\
 version: 1

@@ -19,7 +19,7 @@ from tests.integration.harness import (
     ledger_rows,
     running_broker,
 )
-from tests.integration.test_proxy_outcomes import charge, closed_port, post
+from tests.integration.proxy_support import charge, closed_port, post
 
 ONE_ATTEMPT_ROUTES = """\
 version: 1
