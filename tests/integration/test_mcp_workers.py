@@ -15,14 +15,16 @@ from pathlib import Path
 
 import asyncpg
 
-from tests.integration.mcp_support import ToolStore, mcp_routes, serve_mcp
-from tests.integration.test_mcp_cancellation import (
+from tests.integration.mcp_support import (
+    ToolStore,
     cancellations_seen,
+    mcp_routes,
     open_session,
+    serve_mcp,
     session_call,
     session_cancel,
+    settled_rows,
 )
-from tests.integration.test_mcp_disconnect import settled_rows
 from tests.integration.workers_support import DEADLINE, serving
 from tests.support import poll
 
