@@ -41,3 +41,12 @@ async def poll(
             awaited = what() if callable(what) else what
             raise AssertionError(f"timed out after {within:g} s waiting for {awaited}")
         await asyncio.sleep(every)
+
+
+def unused_pid() -> int:
+    """A pid no process can have (one past the kernel's largest), for a "dead" process
+    without starting one: unit tests start no processes."""
+    try:
+        return int(Path("/proc/sys/kernel/pid_max").read_text()) + 1
+    except (OSError, ValueError):
+        return 2**22 + 1  # above the largest pid Linux and macOS hand out
