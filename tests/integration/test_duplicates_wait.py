@@ -25,24 +25,9 @@ from tests.integration.harness import (
     serve_handler,
 )
 from tests.integration.proxy_support import charge, post
+from tests.routes_yaml import one_idempotent_route
 
 WORK = 1.0  # seconds the target takes
-ROUTES = """\
-version: 1
-contracts:
-  - name: payments.charge
-    version: "1"
-    safety: idempotent
-    idempotency_header: Idempotency-Key
-    key_retention: 1h
-    timeout: 5s
-routes:
-  - name: payments
-    match: {{method: POST, path: /payments/v1/charges}}
-    strip_prefix: /payments
-    upstream: {upstream}
-    contract: payments.charge
-"""
 
 
 class SlowTarget:
@@ -70,7 +55,7 @@ async def proxies(
                 running_broker(
                     database_url,
                     tmp_path / f"proxy-{n}",
-                    routes=lambda _: ROUTES.format(upstream=upstream),
+                    routes=lambda _: one_idempotent_route(upstream),
                     master_key=key,
                     reconciler=False,
                 )

@@ -25,27 +25,12 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 
 from effect_broker.crypto import MasterKey
 from tests.integration.harness import request, serve_app, serve_handler
+from tests.routes_yaml import one_idempotent_route
 from tests.support import poll
 
 CLIENT_TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
 CLIENT_SPAN = "00f067aa0ba902b7"
 BANNER = re.compile(r"effect-broker proxy on (http://\S+), admin on (http://\S+?),")
-ROUTES = """\
-version: 1
-contracts:
-  - name: payments.charge
-    version: "1"
-    safety: idempotent
-    idempotency_header: Idempotency-Key
-    key_retention: 1h
-    timeout: 300ms
-routes:
-  - name: charges
-    match: {{method: POST, path: /pay/v1/charges}}
-    strip_prefix: /pay
-    upstream: {upstream}
-    contract: payments.charge
-"""
 
 
 @dataclass(frozen=True)
@@ -130,7 +115,11 @@ async def test_spans_reach_an_otlp_collector_and_the_reconciler_links_back(
     target = FirstAnswerLost()
     async with serve_app(receiver) as otlp, serve_handler(target.handle) as upstream:
         routes = tmp_path / "routes.yaml"
-        routes.write_text(ROUTES.format(upstream=upstream))
+        routes.write_text(
+            one_idempotent_route(
+                upstream, timeout="300ms", prefix="/pay", route="charges"
+            )
+        )
         env = {
             "EFFECT_BROKER_DATABASE_URL": database_url,
             "EFFECT_BROKER_MASTER_KEY": MasterKey.generate().to_base64(),

@@ -13,27 +13,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from effect_broker.crypto import MasterKey
+from tests.routes_yaml import one_idempotent_route
 from tests.support import poll
 
 DEADLINE = 30.0
 SUPERVISOR = re.compile(r"(\d+) workers on proxy (\S+), admin (\S+)")
 WORKER = re.compile(r"worker (\d+)/(\d+) \(pid (\d+)\): effect-broker proxy on")
-ROUTES = """\
-version: 1
-contracts:
-  - name: payments.charge
-    version: "1"
-    safety: idempotent
-    idempotency_header: Idempotency-Key
-    key_retention: 1h
-    timeout: 5s
-routes:
-  - name: charges
-    match: {{method: POST, path: /pay/v1/charges}}
-    strip_prefix: /pay
-    upstream: {upstream}
-    contract: payments.charge
-"""
 
 
 CHARGE = {"Content-Type": "application/json"}
@@ -81,7 +66,9 @@ async def serving(
     """``serve --workers``; its routes are ``routes_text`` when given, else one plain
     HTTP route to ``upstream``."""
     routes = tmp_path / "routes.yaml"
-    routes.write_text(routes_text or ROUTES.format(upstream=upstream))
+    routes.write_text(
+        routes_text or one_idempotent_route(upstream, prefix="/pay", route="charges")
+    )
     env = {
         **os.environ,
         "EFFECT_BROKER_DATABASE_URL": database_url,
