@@ -29,6 +29,7 @@ from tests.integration.harness import (
     request,
     running_broker,
 )
+from tests.support import poll
 
 
 @dataclass
@@ -378,16 +379,20 @@ DEADLINE = 10.0
 
 async def settled_rows(database_url: str) -> list[tuple[str, str]]:
     """Poll the ledger until no effect is in flight any more (or fail at a deadline)."""
-    loop = asyncio.get_running_loop()
-    give_up = loop.time() + DEADLINE
-    while True:
-        rows = [
+    seen: list[tuple[str, str]] = []
+
+    async def settled() -> list[tuple[str, str]] | None:
+        seen[:] = [
             (r["operation_key"], r["status"]) for r in await ledger_rows(database_url)
         ]
-        if rows and all(status != "dispatching" for _, status in rows):
-            return rows
-        assert loop.time() < give_up, f"the effect never settled: {rows}"
-        await asyncio.sleep(0.05)
+        if seen and all(status != "dispatching" for _, status in seen):
+            return list(seen)
+        return None
+
+    rows: list[tuple[str, str]] = await poll(
+        settled, within=DEADLINE, every=0.05, what=lambda: f"the effect to settle: {seen}"
+    )
+    return rows
 
 
 CANCELLED = "notifications/cancelled"
