@@ -15,7 +15,7 @@ import json
 import sqlite3
 import time
 from collections.abc import AsyncIterator
-from contextlib import AsyncExitStack, asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager, closing
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -325,7 +325,7 @@ routes:
 
 
 def count_charges(db: Path, order_id: str) -> int:
-    with sqlite3.connect(db) as conn:
+    with closing(sqlite3.connect(db)) as conn:
         (count,) = conn.execute(
             "SELECT count(*) FROM charges WHERE order_id = ?", (order_id,)
         ).fetchone()
