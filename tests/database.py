@@ -44,8 +44,9 @@ SERVER_GONE = 7
 #: How long a server that refuses connections gets to come back before the session ends.
 GRACE_SECONDS = 30.0
 
-# A description of each server this run started, by DSN, for the message if it dies.
-_started: dict[str, str] = {}
+# Each server this run uses, by DSN: what to call it, and its data folder if this run
+# made one, for the message if it dies.
+_started: dict[str, tuple[str, Path | None]] = {}
 
 
 def with_database(dsn: str, database: str) -> str:
@@ -59,7 +60,7 @@ def session_server() -> Iterator[str]:
     """The DSN of the session's PostgreSQL server, chosen as the module says."""
     external = os.environ.get(URL_VARIABLE)
     if external:
-        _started[external] = f"the server {URL_VARIABLE} names"
+        _started[external] = (f"the server {URL_VARIABLE} names", None)
         yield external
         return
     source = os.environ.get(SOURCE_VARIABLE, "").strip().lower() or "embedded"
@@ -82,7 +83,7 @@ def embedded_server() -> Iterator[str]:
     home.chmod(0o755)
     try:
         with embedded_postgres(home / "data", durable=False, keep_data=False) as dsn:
-            _started[dsn] = f"the embedded PostgreSQL of this run in {home / 'data'}"
+            _started[dsn] = ("the embedded PostgreSQL of this run", home / "data")
             yield dsn
     finally:
         shutil.rmtree(home, ignore_errors=True)
@@ -146,22 +147,22 @@ def container_server() -> Iterator[str]:
         container.start()
     try:
         dsn = container.get_connection_url()
-        _started[dsn] = f"the {CONTAINER_IMAGE} container of this run"
+        _started[dsn] = (f"the {CONTAINER_IMAGE} container of this run", None)
         yield dsn
     finally:
         container.stop()
 
 
-def server_gone_message(dsn: str, error: BaseException) -> str:
-    described = _started.get(dsn, "the test PostgreSQL server")
+def server_gone_message(dsn: str, error: BaseException, grace: float) -> str:
+    described, data = _started.get(dsn, ("the test PostgreSQL server", None))
+    if data is not None:
+        described += f" in {data}"
     lines = [
         f"The test database server does not answer: {described} refused or dropped "
-        f"the connection for {GRACE_SECONDS:g} s ({type(error).__name__}: {error}).",
+        f"the connection for {grace:g} s ({type(error).__name__}: {error}).",
         "Every test after this one would fail the same way, so the session stops here.",
     ]
-    folder = described.rpartition(" in ")[2] if " in /" in described else None
-    if folder is not None:
-        data = Path(folder)
+    if data is not None:
         if not data.exists():
             lines.append(f"Its data folder {data} is gone: something removed it.")
         elif (data / "log").exists():
@@ -186,5 +187,5 @@ async def connect_admin(dsn: str, *, grace: float = GRACE_SECONDS) -> asyncpg.Co
             attempt, within=grace, every=0.2, what="the test server"
         )
     except AssertionError:
-        pytest.exit(server_gone_message(dsn, failures[-1]), returncode=SERVER_GONE)
+        pytest.exit(server_gone_message(dsn, failures[-1], grace), returncode=SERVER_GONE)
     return connection

@@ -3,6 +3,8 @@ and the container source is explicit and skips cleanly where Docker is absent.""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from tests import database
@@ -11,7 +13,10 @@ from tests.integration.proxy_support import closed_port
 
 async def test_a_server_that_refuses_connections_stops_the_session_once() -> None:
     dsn = f"postgresql://postgres@127.0.0.1:{closed_port()}/postgres"
-    database._started[dsn] = "the embedded PostgreSQL of this run in /nonexistent/data"
+    database._started[dsn] = (
+        "the embedded PostgreSQL of this run",
+        Path("/nonexistent/data"),
+    )
 
     with pytest.raises(pytest.exit.Exception) as stopped:
         await database.connect_admin(dsn, grace=0.5)
@@ -19,6 +24,7 @@ async def test_a_server_that_refuses_connections_stops_the_session_once() -> Non
     assert stopped.value.returncode == database.SERVER_GONE
     message = str(stopped.value.msg)
     assert message.startswith("The test database server does not answer: ")
+    assert "in /nonexistent/data refused or dropped the connection for 0.5 s" in message
     assert "ConnectionRefusedError" in message
     assert "the session stops here" in message
     assert "Its data folder /nonexistent/data is gone" in message
