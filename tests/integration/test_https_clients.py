@@ -115,6 +115,8 @@ async def setup(database_url: str, tmp_path: Path) -> AsyncIterator[Setup]:
         environ.update(
             HTTPS_PROXY=broker.proxy_url,
             https_proxy=broker.proxy_url,
+            HTTP_PROXY=broker.proxy_url,
+            http_proxy=broker.proxy_url,
             SSL_CERT_FILE=str(bundle),
             REQUESTS_CA_BUNDLE=str(bundle),
             CURL_CA_BUNDLE=str(bundle),
@@ -169,8 +171,10 @@ async def call_curl(s: Setup, headers: dict[str, str], body: bytes, tmp: Path) -
     )
 
 
-async def call_node(s: Setup, headers: dict[str, str], body: bytes) -> Reply:
-    args = ["node", str(NODE_DIR / "fetch_client.mjs"), URL, json.dumps(headers)]
+async def call_node(
+    s: Setup, headers: dict[str, str], body: bytes, url: str = URL
+) -> Reply:
+    args = ["node", str(NODE_DIR / "fetch_client.mjs"), url, json.dumps(headers)]
     return _reply(await run(args, s.environ, body))
 
 
@@ -245,6 +249,29 @@ async def test_client_through_https_proxy_gets_one_effect_and_replays(
         rows = await ledger_rows(database_url)
         assert [(r["operation_key"], r["status"]) for r in rows] == [
             (OPERATION_KEY, "succeeded")
+        ]
+
+
+@pytest.mark.parametrize("url", ["http://api.test/v1/charges", URL])
+async def test_node_proxy_agent_records_once_over_http_and_https(
+    database_url: str, tmp_path: Path, url: str
+) -> None:
+    """undici's EnvHttpProxyAgent tunnels http:// as well (CONNECT api.test:80): the
+    plain HTTP inside is served through the flow, recorded once and replayed."""
+    node_ready()
+    async with setup(database_url, tmp_path) as s:
+        headers = {"Content-Type": "application/json", "Operation-Key": "node-key"}
+        first = await call_node(s, headers, CHARGE, url)
+        retry = await call_node(s, headers, CHARGE, url)
+        assert first.status == 200, first
+        assert first.headers["effect-status"] == "succeeded"
+        assert retry.headers["idempotent-replayed"] == "true"
+        assert retry.headers["effect-id"] == first.headers["effect-id"]
+        assert retry.body == first.body
+        assert len(s.target.posts()) == 1
+        rows = await ledger_rows(database_url)
+        assert [(r["operation_key"], r["status"]) for r in rows] == [
+            ("node-key", "succeeded")
         ]
 
 

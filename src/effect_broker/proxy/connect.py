@@ -6,10 +6,12 @@ explanation; for every other host ``proxy.connect`` decides: ``tunnel`` pipes by
 ways, ``refuse`` answers 403; and a tunnel goes only where the egress policy allows
 (``proxy.egress``: the host as written, then each address it resolves to). With a local
 CA configured, a CONNECT to a watched host is handed to ``intercept`` instead, which
-reads the requests inside. aiohttp's server cannot hand a connection over to a raw
-pipe, so each new connection first meets
-``FrontProtocol``: it looks at the first bytes, and anything that is not CONNECT is
-handed to aiohttp's own protocol unchanged.
+reads the requests inside; without one, a CONNECT to a watched host on a port other
+than 443 is handed over too, and served only if it carries plain HTTP (Node's proxy
+agent tunnels ``http://`` that way). aiohttp's server cannot hand a connection over
+to a raw pipe, so each new connection first meets ``FrontProtocol``: it looks at the
+first bytes, and anything that is not CONNECT is handed to aiohttp's own protocol
+unchanged.
 
 The front is also where a connection is first seen, so it enforces the connection cap
 (a 503 on the raw transport beyond it) and the wait for a first byte: a client that
@@ -236,12 +238,14 @@ class FrontProtocol(asyncio.Protocol):
             return
         host, port = target
         authority = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-        if self._intercept is not None and self._policy.is_guarded(authority):
-            self._start_interception(self._intercept, target, head, rest)
+        intercept = self._intercept
+        guarded = self._policy.is_guarded(authority)
+        if intercept is not None and guarded and intercept.serves(port):
+            self._start_interception(intercept, target, head, rest)
             return
         refusal = self._policy.refusal(authority)
         if refusal is not None:
-            if self._intercept is None and self._policy.is_guarded(authority):
+            if guarded and (intercept is None or intercept.leaves is None):
                 refusal += INTERCEPT_HINT
             refusals.warning(
                 f"connect:{host}", "CONNECT %s refused: %s", authority, refusal
