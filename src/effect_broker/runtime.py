@@ -126,6 +126,7 @@ async def open_runtime(
                 receipts=ReceiptCache(settings.receipt_cache_bytes),
                 ca=ca,
                 mcp=McpEndpoint(engine, max_request_bytes=settings.max_request_bytes),
+                injected=injected,
             )
     finally:
         await waiters.close()

@@ -173,6 +173,9 @@ class Route:
     source: str = "<config>"
     line: int | None = None
     mcp: McpTools | None = None  # set: an MCP endpoint, ``contract`` is a placeholder
+    # Unrecorded requests under this route's prefix (reverse) or to its host (forward)
+    # go on unrecorded; False refuses them (see ``proxy.prefixes``).
+    passthrough: bool = True
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "inject_headers", frozen_mapping(self.inject_headers))

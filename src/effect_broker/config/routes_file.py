@@ -240,6 +240,7 @@ def _route(
         ),
         source=document.source,
         line=line,
+        passthrough=section.passthrough,
     )
 
 

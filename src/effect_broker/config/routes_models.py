@@ -339,6 +339,12 @@ class RouteSection(Section):
     operation_key_header: Optional[HeaderName] = Field(
         None, description="Overrides proxy.operation_key_header for this route."
     )
+    passthrough: bool = Field(
+        True,
+        description="Whether requests no route records go on unrecorded: in reverse "
+        "mode those under strip_prefix (to this route's upstream), in forward mode "
+        "those to match.host. false refuses them with a problem naming the routes.",
+    )
 
     @model_validator(mode="after")
     def _kind(self) -> RouteSection:

@@ -10,10 +10,12 @@ import logging
 
 from aiohttp import HttpVersion11, hdrs, web
 from aiohttp.typedefs import Handler
+from yarl import URL
 
 from effect_broker.config.contracts import Route
 from effect_broker.config.paths import RequestPath, normalize_path, split_target
 from effect_broker.config.routing import is_mutating
+from effect_broker.engine.targets import upstream_url
 from effect_broker.errors import (
     BodyTooLarge,
     EffectBrokerError,
@@ -31,6 +33,11 @@ from effect_broker.proxy.edge_input import check_path, printable
 from effect_broker.proxy.flow import EffectRequest, is_absolute_form
 from effect_broker.proxy.intercept import tunnel_of
 from effect_broker.proxy.passthrough import pass_through
+from effect_broker.proxy.prefixes import (
+    forward_refusal,
+    passthrough_route,
+    reverse_prefixes,
+)
 from effect_broker.proxy.state import PROXY_STATE, ProxyState
 from effect_broker.ratelimited_log import RateLimitedLog
 
@@ -153,13 +160,10 @@ async def unmatched(
                 "unmatched mutating requests are refused; add a route to routes.yaml"
             )
         )
+    routes = state.config.routes
     if not forward:
-        return problem_response(
-            RouteNotFound(
-                f"no route matches {request.method} {request.path}; reverse-mode "
-                "requests need a route prefix from routes.yaml"
-            )
-        )
+        return await unmatched_reverse(request, state)
+    forward_refusal(routes, authority(request), request.method, request.path)
     key_header = state.config.proxy.operation_key_header
     if key_header not in request.headers:
         return await pass_through(request, state.session, state.egress)
@@ -175,6 +179,52 @@ async def unmatched(
     )
     return await pass_through(
         request, state.session, state.egress, headers={"Effect-Status": "unrecorded"}
+    )
+
+
+async def unmatched_reverse(
+    request: web.Request, state: ProxyState
+) -> web.StreamResponse:
+    """A reverse-mode request no route records: passed through to the upstream of the
+    route whose prefix it is under (see ``proxy.prefixes``), else a 404 naming the
+    prefixes that exist."""
+    routes = state.config.routes
+    path = request_path(request)
+    owner = passthrough_route(routes, request.method, path)
+    if owner is None:
+        prefixes = reverse_prefixes(routes)
+        known = (
+            f"; the prefixes here are {', '.join(prefixes)}"
+            if prefixes
+            else "; no route here has a strip_prefix to pass through under"
+        )
+        return problem_response(
+            RouteNotFound(
+                f"no route matches {request.method} {request.path}; reverse-mode "
+                f"requests need a route prefix from routes.yaml{known}"
+            )
+        )
+    raw_query = split_target(request.raw_path)[1]
+    target = upstream_url(owner, origin=None, path=path, raw_query=raw_query)
+    extra: dict[str, str] = {}
+    if owner.operation_key_header in request.headers:
+        extra["Effect-Status"] = "unrecorded"
+        unrecorded_log.warning(
+            f"unrecorded:{owner.name}",
+            "%s %s carries %s but no route records it: passed through unrecorded to "
+            "route %s's upstream. Add a route for it if it has side effects",
+            request.method,
+            printable(request.path),
+            owner.operation_key_header,
+            owner.name,
+        )
+    return await pass_through(
+        request,
+        state.session,
+        state.egress,
+        headers=extra,
+        url=URL(target, encoded=True),
+        inject=state.injected.get(owner.name, {}),
     )
 
 

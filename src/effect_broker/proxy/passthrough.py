@@ -53,9 +53,17 @@ async def pass_through(
     egress: EgressGuard,
     *,
     headers: Mapping[str, str] | None = None,
+    url: URL | None = None,
+    inject: Mapping[str, str] | None = None,
 ) -> web.StreamResponse:
-    """Forward ``request`` as it came; ``headers`` are added to the answer."""
-    url = URL(request.raw_path, encoded=True).with_user(None)
+    """Forward ``request`` as it came; ``headers`` are added to the answer.
+
+    ``url`` is where it goes when that is not its own absolute-form target (reverse
+    mode, under a route's prefix), and ``inject`` the route's headers it then carries.
+    """
+    if url is None:
+        url = URL(request.raw_path, encoded=True).with_user(None)
+    where = url.host or request.host
     # The host as written, before anything is read or sent; the session's resolver
     # checks each address a name resolves to when it connects.
     egress.check(url.host or "", url.port or 80)
@@ -85,7 +93,7 @@ async def pass_through(
         upstream = await session.request(
             request.method,
             url,
-            headers=passthrough_request_headers(request.headers.items()),
+            headers=_outgoing_headers(request, inject or {}),
             data=data,
             allow_redirects=False,
         )
@@ -98,13 +106,13 @@ async def pass_through(
         )
     except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError) as exc:
         return problem_response(
-            UpstreamUnreachable(f"could not reach {request.host}: {exc}"), status=502
+            UpstreamUnreachable(f"could not reach {where}: {exc}"), status=502
         )
     except (aiohttp.ClientError, OSError) as exc:
         # Connected, so the request may have arrived whole: never "nothing was sent".
         return problem_response(
             OutcomeUnknown(
-                f"the connection to {request.host} broke after the request was sent "
+                f"the connection to {where} broke after the request was sent "
                 f"({type(exc).__name__}); it was passed through unrecorded, so the "
                 "target may have acted on it and nothing will retry it"
             ),
@@ -118,7 +126,7 @@ async def pass_through(
             except (aiohttp.ClientError, OSError) as exc:
                 return problem_response(
                     OutcomeUnknown(
-                        f"the answer from {request.host} broke off "
+                        f"the answer from {where} broke off "
                         f"({type(exc).__name__}); the request was passed through "
                         "unrecorded, so the target may have acted on it"
                     ),
@@ -138,6 +146,20 @@ async def pass_through(
         return streamed
     finally:
         upstream.release()
+
+
+def _outgoing_headers(
+    request: web.Request, inject: Mapping[str, str]
+) -> list[tuple[str, str]]:
+    """The client's headers (connection plumbing dropped), the route's ``inject``
+    replacing any of the same name."""
+    replaced = {name.lower() for name in inject}
+    kept = [
+        (name, value)
+        for name, value in passthrough_request_headers(request.headers.items())
+        if name.lower() not in replaced
+    ]
+    return kept + list(inject.items())
 
 
 def _fits_one_write(request: web.Request, upstream: aiohttp.ClientResponse) -> bool:

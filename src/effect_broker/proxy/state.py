@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
 
 import aiohttp
 from aiohttp import web
@@ -44,6 +44,9 @@ class ProxyState:
     receipts: ReceiptCache
     ca: CertificateAuthority | None = None  # set: CONNECT to guarded hosts intercepted
     mcp: McpHandler | None = None  # set when routes.yaml has MCP routes
+    # Each route's resolved inject_headers, by route name: what pass-through under a
+    # reverse route's prefix carries to that route's upstream.
+    injected: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
 
 
 PROXY_STATE = web.AppKey("proxy_state", ProxyState)
