@@ -30,6 +30,8 @@ MCP_METHODS = frozenset({"POST", "GET", "DELETE"})
 DEFAULT_LEDGER_RETENTION = timedelta(days=7)
 
 UnmatchedPolicy = Literal["pass", "reject-mutating"]
+# How the proxy's own refusals are written for a contract's clients (``dialects``).
+ErrorDialect = Literal["problem", "stripe", "openai", "anthropic"]
 ConnectPolicy = Literal["tunnel", "refuse"]
 McpUnclassified = Literal["reject", "pass"]
 
@@ -94,6 +96,8 @@ class Contract:
     lease_grace: timedelta | None = None
     # How long a duplicate waits for the request in flight before its 409.
     in_flight_wait: timedelta = DEFAULT_IN_FLIGHT_WAIT
+    # The envelope the proxy's own refusals use, so the target's SDK can read them.
+    error_dialect: ErrorDialect = "problem"
 
     @property
     def downstream_header(self) -> str | None:

@@ -179,6 +179,7 @@ def _contract(section: ContractSection) -> Contract:
         ledger_retention=section.ledger_retention or DEFAULT_LEDGER_RETENTION,
         lease_grace=section.lease_grace,
         in_flight_wait=section.in_flight_wait,
+        error_dialect=section.error_dialect,
     )
     if isinstance(section, IdempotentContract):
         if section.ledger_retention is None:  # the default never undercuts the key's

@@ -31,6 +31,7 @@ from effect_broker.config.contracts import (
     DEFAULT_TIMEOUT,
     MCP_METHODS,
     ConnectPolicy,
+    ErrorDialect,
     RouteMatch,
     UnmatchedPolicy,
 )
@@ -133,6 +134,12 @@ class ContractBase(Section):
         description="Overrides proxy.operation_key_header for this contract's routes; "
         "may be the idempotency header itself (Idempotency-Key), so an SDK's own key "
         "becomes the operation key while the target still gets the derived key.",
+    )
+    error_dialect: ErrorDialect = Field(
+        "problem",
+        description="How the proxy's own refusals on this contract's routes are "
+        "written: problem (RFC 9457 problem+json), or the error envelope an SDK parses "
+        '({"error": {"type", "code", "message", ...}}): stripe, openai, anthropic.',
     )
 
 

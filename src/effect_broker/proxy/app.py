@@ -6,6 +6,7 @@ raise becomes problem+json here, in one place.
 
 from __future__ import annotations
 
+import json
 import logging
 
 from aiohttp import HttpVersion11, hdrs, web
@@ -15,6 +16,7 @@ from yarl import URL
 from effect_broker.config.contracts import Route
 from effect_broker.config.paths import RequestPath, normalize_path, split_target
 from effect_broker.config.routing import is_mutating
+from effect_broker.dialects import translate
 from effect_broker.engine.targets import upstream_url
 from effect_broker.errors import (
     BodyTooLarge,
@@ -27,7 +29,7 @@ from effect_broker.errors import (
     StoreError,
     StoreUnavailable,
 )
-from effect_broker.problems import problem_response
+from effect_broker.problems import PROBLEM_DOCUMENT, problem_response
 from effect_broker.proxy.edge import EDGE_LIMITS, EdgeLimits
 from effect_broker.proxy.edge_input import check_path, printable
 from effect_broker.proxy.flow import EffectRequest, is_absolute_form
@@ -42,6 +44,8 @@ from effect_broker.proxy.state import PROXY_STATE, ProxyState
 from effect_broker.ratelimited_log import RateLimitedLog
 
 log = logging.getLogger("effect_broker.proxy")
+#: The route a request matched, once it has; None until then.
+MATCHED_ROUTE = web.RequestKey("matched_route", Route)
 # A database outage fails every request the same way: one line per cause per interval.
 store_log = RateLimitedLog(log)
 # A misconfiguration, not an incident: once per host an hour is enough to be seen.
@@ -64,6 +68,7 @@ async def handle(request: web.Request) -> web.StreamResponse:
     route = match(request, state, path, forward=forward)
     if route is None:
         return await unmatched(request, state, forward=forward)
+    request[MATCHED_ROUTE] = route  # its contract's error dialect shapes refusals
     if route.mcp is not None:
         if state.mcp is None:  # a wiring error, never a reason to record blindly
             raise RouteRefused(f"route {route.name} is an MCP route; MCP is not wired")
@@ -232,6 +237,35 @@ async def unmatched_reverse(
 async def problems_middleware(
     request: web.Request, handler: Handler
 ) -> web.StreamResponse:
+    return in_client_dialect(request, await answer_or_problem(request, handler))
+
+
+def in_client_dialect(
+    request: web.Request, response: web.StreamResponse
+) -> web.StreamResponse:
+    """A proxy-made problem on a route whose contract names an error dialect, in
+    that dialect (see ``dialects``); every other answer unchanged."""
+    route = request.get(MATCHED_ROUTE)
+    if route is None or route.mcp is not None:
+        return response
+    dialect = route.contract.error_dialect
+    document = response.get(PROBLEM_DOCUMENT)
+    if dialect == "problem" or document is None or not isinstance(response, web.Response):
+        return response
+    status, body = translate(dialect, response.status, document)
+    out = web.Response(
+        status=status, body=json.dumps(body).encode(), content_type="application/json"
+    )
+    for name, value in response.headers.items():
+        if name.lower() not in ("content-type", "content-length"):
+            out.headers.add(name, value)
+    if response.keep_alive is False:
+        out.force_close()
+    return out
+
+
+async def answer_or_problem(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """The handler's answer, or the problem every error it raises becomes."""
     try:
         return await handler(request)
     except StoreUnavailable as exc:
