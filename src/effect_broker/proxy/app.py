@@ -41,9 +41,12 @@ from effect_broker.proxy.prefixes import (
     reverse_prefixes,
 )
 from effect_broker.proxy.state import PROXY_STATE, ProxyState
+from effect_broker.proxy.upgrade import http_url, relay_upgrade, relays, upgrade_offer
 from effect_broker.ratelimited_log import RateLimitedLog
 
 log = logging.getLogger("effect_broker.proxy")
+#: Absolute-form targets of a WebSocket handshake.
+WS_TARGETS = ("ws://", "wss://")
 #: The route a request matched, once it has; None until then.
 MATCHED_ROUTE = web.RequestKey("matched_route", Route)
 # A database outage fails every request the same way: one line per cause per interval.
@@ -64,6 +67,13 @@ async def handle(request: web.Request) -> web.StreamResponse:
     elif state.gateway is not None:
         tenant = await state.gateway.tenant_for(
             request.headers.get("Proxy-Authorization")
+        )
+    if relays(upgrade_offer(request)):
+        return await upgrade(request, state, path)
+    if request.raw_path.startswith(WS_TARGETS):
+        raise MalformedRequest(
+            "a ws:// or wss:// target is only for a WebSocket handshake "
+            "(Connection: Upgrade, Upgrade: websocket)"
         )
     route = match(request, state, path, forward=forward)
     if route is None:
@@ -185,6 +195,32 @@ async def unmatched(
     return await pass_through(
         request, state.session, state.egress, headers={"Effect-Status": "unrecorded"}
     )
+
+
+async def upgrade(
+    request: web.Request, state: ProxyState, path: RequestPath
+) -> web.StreamResponse:
+    """A protocol upgrade, relayed unrecorded (see ``proxy.upgrade``): to the origin of
+    an absolute-form or tunnelled request, or in reverse mode to the upstream of the
+    route whose prefix the path is under. No route records it; a route with
+    ``passthrough: false`` refuses it like any unrecorded request."""
+    routes = state.config.routes
+    if is_absolute_form(request) or request.raw_path.startswith(WS_TARGETS):
+        url = http_url(URL(request.raw_path, encoded=True).with_user(None))
+        host = f"[{url.host}]" if url.host and ":" in url.host else str(url.host)
+        written = f"{host}:{url.port}" if url.explicit_port else host
+        forward_refusal(routes, written, request.method, request.path)
+    else:
+        owner = passthrough_route(routes, request.method, path)
+        if owner is None:
+            raise RouteNotFound(
+                f"no route prefix covers {request.path}, so this upgrade has nowhere "
+                "to go; reverse-mode requests need a route prefix from routes.yaml"
+            )
+        raw_query = split_target(request.raw_path)[1]
+        target = upstream_url(owner, origin=None, path=path, raw_query=raw_query)
+        url = URL(target, encoded=True)
+    return await relay_upgrade(request, state.session, state.egress, url)
 
 
 async def unmatched_reverse(

@@ -6,9 +6,9 @@ explanation; for every other host ``proxy.connect`` decides: ``tunnel`` pipes by
 ways, ``refuse`` answers 403; and a tunnel goes only where the egress policy allows
 (``proxy.egress``: the host as written, then each address it resolves to). With a local
 CA configured, a CONNECT to a watched host is handed to ``intercept`` instead, which
-reads the requests inside; without one, a CONNECT to a watched host on a port other
-than 443 is handed over too, and served only if it carries plain HTTP (Node's proxy
-agent tunnels ``http://`` that way). aiohttp's server cannot hand a connection over
+reads the requests inside; without one, a CONNECT to a watched host on port 80 is
+handed over too, and served only if it carries plain HTTP (Node's proxy agent tunnels
+``http://`` that way). aiohttp's server cannot hand a connection over
 to a raw pipe, so each new connection first meets ``FrontProtocol``: it looks at the
 first bytes, and anything that is not CONNECT is handed to aiohttp's own protocol
 unchanged.
@@ -36,8 +36,10 @@ from effect_broker.errors import (
     UpstreamUnreachable,
 )
 from effect_broker.problems import problem_bytes
+from effect_broker.proxy import h2_refusal
 from effect_broker.proxy.edge import ConnectionGate
 from effect_broker.proxy.egress import EgressGuard
+from effect_broker.proxy.h2_refusal import PREFACE, may_be_preface
 from effect_broker.proxy.intercept import Interception
 from effect_broker.ratelimited_log import RateLimitedLog
 
@@ -195,6 +197,10 @@ class FrontProtocol(asyncio.Protocol):
             self._to_upstream(data)
             return
         self._buffer += data
+        if may_be_preface(bytes(self._buffer)):
+            if len(self._buffer) >= len(PREFACE):
+                self._refuse_http2()
+            return
         if not self._buffer.startswith(CONNECT[: len(self._buffer)]):
             self._hand_to_http()
         elif len(self._buffer) >= len(CONNECT) and b"\r\n\r\n" in self._buffer:
@@ -217,6 +223,12 @@ class FrontProtocol(asyncio.Protocol):
             self._upstream.close()
         if self._pump is not None:
             self._pump.cancel()
+
+    def _refuse_http2(self) -> None:
+        assert self._transport is not None
+        self._stop_head_timer()
+        self._transport.write(h2_refusal.refusal())
+        self._transport.close()
 
     def _hand_to_http(self) -> None:
         assert self._transport is not None

@@ -15,8 +15,8 @@ is accepted only on the tunnel's own origin; one naming any other is answered 42
 
 A tunnel whose first byte does not open a TLS handshake carries plain HTTP/1.1 (Node's
 undici tunnels ``http://`` URLs through ``CONNECT host:80``): it is served the same way
-with ``http://<tunnel authority>`` as the origin, with or without a CA. Without a CA a
-client that starts TLS is closed, with the reason in the log.
+with ``http://<tunnel authority>`` as the origin (without a CA, on port 80 only; a
+client that starts TLS there is closed, with the reason in the log).
 
 In gateway mode the CONNECT itself must carry ``Proxy-Authorization``: the tenant it
 names owns every effect inside the tunnel (the requests inside carry no proxy
@@ -63,6 +63,7 @@ log = logging.getLogger("effect_broker.intercept")
 quiet = RateLimitedLog(log)
 
 BASIC_REALM = 'Basic realm="effect-broker"'
+PLAIN_HTTP_PORT = 80  # without a CA, only a tunnel to this port is served (plain HTTP)
 NO_CA_HINT = (
     "; create a CA with `effect-broker ca init`, start with --ca-cert/--ca-key and "
     "have the client trust that CA, or send plain http:// to this proxy"
@@ -259,10 +260,11 @@ class Interception:
         """Whether a CONNECT to a watched host on ``port`` is answered 200 and served.
 
         With a CA every port is (TLS is intercepted, plain HTTP served). Without one
-        only plain HTTP can be served, and a client asking for port 443 means TLS: it
-        is refused up front, where the refusal can still say why.
+        only plain HTTP can be served, so only port 80, where a client tunnels an
+        ``http://`` URL; on any other port the CONNECT is refused up front, where the
+        refusal can still say why (a TLS client would only see the tunnel close).
         """
-        return self.leaves is not None or port != 443
+        return self.leaves is not None or port == PLAIN_HTTP_PORT
 
     async def run(
         self,
