@@ -62,6 +62,8 @@ async def handle(request: web.Request) -> web.StreamResponse:
     forward = is_forward(request)
     tenant = state.tenant
     tunnel = tunnel_of(request)
+    if not forward and tunnel is None:
+        check_host(request, state)
     if tunnel is not None and tunnel.tenant is not None:
         tenant = tunnel.tenant  # a gateway tenant authenticated on the CONNECT
     elif state.gateway is not None:
@@ -84,6 +86,16 @@ async def handle(request: web.Request) -> web.StreamResponse:
             raise RouteRefused(f"route {route.name} is an MCP route; MCP is not wired")
         return await state.mcp(request, route, tenant, path)
     return await EffectRequest(state, route, request, tenant, path).handle()
+
+
+def check_host(request: web.Request, state: ProxyState) -> None:
+    """A request addressed to the proxy itself must name it in ``Host``
+    (``proxy.host_check``): refused before anything is routed or sent."""
+    if state.host_check is None or request.raw_path.startswith(WS_TARGETS):
+        return
+    refusal = state.host_check.refusal(request.headers.get("Host"))
+    if refusal is not None:
+        raise MisdirectedRequest(refusal)
 
 
 def request_path(request: web.Request) -> RequestPath:

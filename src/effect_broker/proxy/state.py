@@ -15,6 +15,7 @@ from effect_broker.crypto import Keyring
 from effect_broker.engine.engine import Engine
 from effect_broker.metrics import Metrics
 from effect_broker.proxy.egress import EgressGuard
+from effect_broker.proxy.host_check import HostCheck
 from effect_broker.proxy.receipt_cache import ReceiptCache
 from effect_broker.proxy.tls_ca import CertificateAuthority
 from effect_broker.store import Store
@@ -47,6 +48,8 @@ class ProxyState:
     # Each route's resolved inject_headers, by route name: what pass-through under a
     # reverse route's prefix carries to that route's upstream.
     injected: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    # The names a request addressed to the proxy itself may carry in Host; None: any.
+    host_check: HostCheck | None = None
 
 
 PROXY_STATE = web.AppKey("proxy_state", ProxyState)
