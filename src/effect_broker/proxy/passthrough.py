@@ -22,6 +22,7 @@ it opened is ``outcome-unknown`` (the target may have acted on the request).
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Mapping
 
 import aiohttp
@@ -40,6 +41,11 @@ from effect_broker.headers import passthrough_request_headers, response_headers
 from effect_broker.problems import problem_response
 from effect_broker.proxy.edge import EDGE_LIMITS
 from effect_broker.proxy.egress import EgressGuard
+from effect_broker.ratelimited_log import RateLimitedLog
+
+log = logging.getLogger("effect_broker.passthrough")
+# A client closing a long stream is routine: one line per host a minute at most.
+disconnects = RateLimitedLog(log, interval=60.0)
 
 #: Answers with a Content-Length up to this are read whole and sent in one write.
 BUFFER_AT_MOST = 256 * 1024
@@ -140,9 +146,21 @@ async def pass_through(
         if upstream.content_length is not None:
             streamed.content_length = upstream.content_length
         await streamed.prepare(request)
-        async for chunk in upstream.content.iter_any():
-            await streamed.write(chunk)
-        await streamed.write_eof()
+        try:
+            async for chunk in upstream.content.iter_any():
+                await streamed.write(chunk)
+            await streamed.write_eof()
+        except ConnectionResetError:
+            # The client went away mid-answer (a closed SSE stream, say): what it is,
+            # in one line; nothing was recorded, so there is nothing to settle.
+            disconnects.log(
+                logging.INFO,
+                f"gone:{where}",
+                "%s %s: the client closed the connection while its unrecorded answer "
+                "was streaming; the rest was dropped",
+                request.method,
+                url.with_query(None),
+            )
         return streamed
     finally:
         upstream.release()
