@@ -17,11 +17,13 @@ from effect_broker.engine.protocol import COMPLETE
 from effect_broker.errors import ConfigError
 from effect_broker.mcp.answers import McpProtocol
 from effect_broker.mcp.jsonrpc import (
+    HEADER_MISMATCH,
     Refusal,
     check_routing_headers,
     find_response,
     fingerprint_body,
     parse_message,
+    revision_of,
     take_operation_key,
     tool_call,
 )
@@ -250,3 +252,30 @@ def test_mcp_route_config() -> None:
     assert route.match.methods == {"POST", "GET", "DELETE"}
     assert [bound.contract.name for bound in route.bound_routes()] == ["c"]
     assert timedelta(0) < route.mcp.tools["t"].timeout
+
+
+def test_the_revision_that_defines_the_routing_headers_requires_them() -> None:
+    parsed = parse_message(
+        json.dumps(
+            {
+                "jsonrpc": "2.0",
+                "id": 1,
+                "method": "tools/call",
+                "params": {
+                    "name": "charge",
+                    "_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28"},
+                },
+            }
+        ).encode()
+    )
+    revision = revision_of(parsed, None)
+    assert revision == "2026-07-28"
+    assert revision_of(parsed, "2025-11-25") == "2025-11-25"
+    check_routing_headers(parsed, "tools/call", "charge", revision=revision)
+    for method, name in (("tools/call", None), (None, "charge")):
+        with pytest.raises(Refusal) as refused:
+            check_routing_headers(parsed, method, name, revision=revision)
+        assert refused.value.code == HEADER_MISMATCH
+    # Earlier revisions (and clients that name none) may leave them out.
+    check_routing_headers(parsed, None, None, revision="2025-11-25")
+    check_routing_headers(parsed, None, None)

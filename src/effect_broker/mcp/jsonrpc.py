@@ -315,12 +315,46 @@ def result_document(request_id: RequestId | None, answer: dict[str, Any]) -> byt
     return encode(out)
 
 
+#: The first revision whose POSTs must name themselves in Mcp-Method / Mcp-Name.
+HEADERS_REQUIRED_FROM = "2026-07-28"
+META_PROTOCOL_VERSION = "io.modelcontextprotocol/protocolVersion"
+
+
+def revision_of(message: Message, version_header: str | None) -> str | None:
+    """The protocol revision a message is sent under: its ``MCP-Protocol-Version``
+    header, else the version in its ``params._meta`` (sessionless revision)."""
+    if version_header:
+        return version_header.strip()
+    params = message.body.get("params")
+    meta = params.get("_meta") if isinstance(params, dict) else None
+    version = meta.get(META_PROTOCOL_VERSION) if isinstance(meta, dict) else None
+    return version if isinstance(version, str) else None
+
+
 def check_routing_headers(
-    message: Message, method_header: str | None, name_header: str | None
+    message: Message,
+    method_header: str | None,
+    name_header: str | None,
+    *,
+    revision: str | None = None,
 ) -> None:
     """The sessionless revision names the call in ``Mcp-Method`` and ``Mcp-Name``;
     an intermediary that routes by them must not see one call while the server runs
-    another, so a header that disagrees with the body is refused."""
+    another, so a header that disagrees with the body is refused, and from that
+    revision on (``revision``) so is a request (not a response or notification
+    without a method) that leaves one out."""
+    required = (
+        revision is not None
+        and revision >= HEADERS_REQUIRED_FROM
+        and message.method is not None
+    )
+    if required and method_header is None:
+        raise Refusal(
+            HEADER_MISMATCH,
+            f"revision {revision[:20] if revision else ''} requires the Mcp-Method "
+            f"header on every POST; send 'Mcp-Method: {str(message.method)[:80]}'",
+            message.id,
+        )
     if method_header is not None and method_header != message.method:
         raise Refusal(
             HEADER_MISMATCH,
@@ -329,10 +363,19 @@ def check_routing_headers(
             message.id,
         )
     key = NAME_BEARING.get(message.method or "")
-    if name_header is None or key is None:
+    if key is None:
         return
     params = message.body.get("params")
     value = params.get(key) if isinstance(params, dict) else None
+    if name_header is None:
+        if required and value is not None:
+            raise Refusal(
+                HEADER_MISMATCH,
+                f"revision {revision[:20] if revision else ''} requires the Mcp-Name "
+                f"header on {message.method}, naming params.{key}",
+                message.id,
+            )
+        return
     if _header_text(name_header) != value:
         raise Refusal(
             HEADER_MISMATCH,
