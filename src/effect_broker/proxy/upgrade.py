@@ -24,6 +24,7 @@ from typing import Any
 
 import aiohttp
 from aiohttp import web
+from aiohttp.base_protocol import BaseProtocol
 from yarl import URL
 
 from effect_broker.engine.upstream import tls_failure
@@ -34,6 +35,8 @@ from effect_broker.proxy.egress import EgressGuard
 
 log = logging.getLogger("effect_broker.upgrade")
 
+#: Unsent bytes towards one side beyond which the other side is read no more.
+HIGH_WATER = 1024 * 1024
 #: Upgrade tokens never relayed (served as plain HTTP/1.1 instead).
 NOT_RELAYED = frozenset({"h2c"})
 #: Schemes of an absolute-form WebSocket target, and the HTTP scheme each means.
@@ -81,16 +84,44 @@ def handshake_headers(request: web.BaseRequest) -> list[tuple[str, str]]:
 
 class _Forward:
     """Stands in for a protocol's payload parser: each byte one side receives is
-    written, unchanged, to the other side's transport; its end ends the relay."""
+    written, unchanged, to the other side's transport; its end ends the relay.
 
-    def __init__(self, to: asyncio.BaseTransport, ended: asyncio.Event) -> None:
+    A slow reader on the far side must not make the proxy buffer without bound: past
+    ``HIGH_WATER`` unsent bytes, reading from this side pauses until the far side's
+    protocol has drained (aiohttp's own flow control tells when).
+    """
+
+    def __init__(
+        self,
+        to: asyncio.BaseTransport,
+        to_protocol: BaseProtocol,
+        source: asyncio.BaseTransport,
+        ended: asyncio.Event,
+    ) -> None:
         self._to: Any = to
+        self._to_protocol = to_protocol
+        self._source: Any = source
         self._ended = ended
+        self._draining: asyncio.Future[None] | None = None
 
     def feed_data(self, data: bytes) -> tuple[bool, bytes]:
         if data and not self._to.is_closing():
             self._to.write(data)
+            if self._to.get_write_buffer_size() > HIGH_WATER and self._draining is None:
+                self._source.pause_reading()
+                self._draining = asyncio.ensure_future(self._resume_when_drained())
         return False, b""
+
+    async def _resume_when_drained(self) -> None:
+        try:
+            await self._to_protocol._drain_helper()
+        except ConnectionError:
+            self._ended.set()
+            return
+        finally:
+            self._draining = None
+        if not self._source.is_closing():
+            self._source.resume_reading()
 
     def feed_eof(self) -> None:
         self._ended.set()
@@ -159,9 +190,10 @@ async def _relay(
     ended = asyncio.Event()
     protocol = connection.protocol
     protocol.read_timeout = None  # a quiet WebSocket is not a stalled answer
-    to_client = _Forward(client_transport, ended)
+    to_client = _Forward(client_transport, request.protocol, upstream_transport, ended)
+    to_upstream = _Forward(upstream_transport, protocol, client_transport, ended)
     protocol.set_parser(to_client, to_client)
-    request.protocol.set_parser(_Forward(upstream_transport, ended))  # type: ignore[arg-type]
+    request.protocol.set_parser(to_upstream)  # type: ignore[arg-type]
     try:
         await ended.wait()
     finally:
