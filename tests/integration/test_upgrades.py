@@ -75,6 +75,17 @@ routes:
   - name: tls-watched
     match: {{method: POST, host: "127.0.0.1:{tls_port}", path: /v1/charges}}
     contract: payments.charge
+  - name: sockets
+    match: {{method: POST, path: /sockets/v1/charges}}
+    strip_prefix: /sockets
+    upstream: http://127.0.0.1:{port}
+    contract: payments.charge
+  - name: closed
+    match: {{method: POST, path: /closed/v1/charges}}
+    strip_prefix: /closed
+    upstream: http://127.0.0.1:{port}
+    contract: payments.charge
+    passthrough: false
 """
 
 
@@ -243,3 +254,16 @@ async def test_large_messages_cross_the_relay_intact_both_ways(
         for _ in range(8):
             echoed = await asyncio.wait_for(socket.receive_bytes(), 30)
             assert echoed == payload[::-1]
+
+
+async def test_reverse_mode_relays_under_a_prefix_unless_the_route_refuses(
+    database_url: str, tmp_path: Path
+) -> None:
+    async with setup(database_url, tmp_path) as s, aiohttp.ClientSession() as session:
+        async with session.ws_connect(f"{s.broker.proxy_url}/sockets/chat") as socket:
+            await socket.send_str("reverse")
+            assert (await socket.receive_str()) == "echo:reverse"
+        with pytest.raises(aiohttp.WSServerHandshakeError) as refused:
+            await session.ws_connect(f"{s.broker.proxy_url}/closed/chat")
+        assert refused.value.status == 404
+        assert len(s.echo.handshakes) == 1
