@@ -94,6 +94,12 @@ routes:
     strip_prefix: /openai
     upstream: {upstream}
     contract: openai.chat
+  - name: openai-closed
+    match: {{method: POST, path: /closed/v1/chat/completions}}
+    strip_prefix: /closed
+    upstream: {upstream}
+    contract: openai.chat
+    passthrough: false
 """
 
 
@@ -298,3 +304,22 @@ async def test_anthropic_raises_its_own_exceptions(
             assert unknown.body["error"]["code"] == "outcome_unknown"
         finally:
             client.close()
+
+
+async def test_a_refusal_under_a_prefix_speaks_the_prefix_routes_dialect(
+    database_url: str, tmp_path: Path
+) -> None:
+    """No route records GET /closed/v1/models and its prefix refuses pass-through:
+    the SDK pointed at that prefix still gets its own NotFoundError."""
+    openai = pytest.importorskip("openai")
+    async with broker(database_url, tmp_path) as (b, _):
+        client = openai.OpenAI(
+            base_url=f"{b.proxy_url}/closed/v1", api_key="sk-test", max_retries=0
+        )
+        try:
+            refused = await raised(lambda: list(client.models.list()))
+        finally:
+            client.close()
+        assert type(refused) is openai.NotFoundError, refused
+        assert refused.code == "route_not_found"
+        assert "openai-closed" in refused.message

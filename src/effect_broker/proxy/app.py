@@ -39,6 +39,7 @@ from effect_broker.proxy.prefixes import (
     forward_refusal,
     passthrough_route,
     reverse_prefixes,
+    routes_under,
 )
 from effect_broker.proxy.state import PROXY_STATE, ProxyState
 from effect_broker.proxy.upgrade import http_url, relay_upgrade, relays, upgrade_offer
@@ -47,8 +48,9 @@ from effect_broker.ratelimited_log import RateLimitedLog
 log = logging.getLogger("effect_broker.proxy")
 #: Absolute-form targets of a WebSocket handshake.
 WS_TARGETS = ("ws://", "wss://")
-#: The route a request matched, once it has; None until then.
-MATCHED_ROUTE = web.RequestKey("matched_route", Route)
+#: The route whose contract's error dialect shapes the proxy's own refusals: the one
+#: a request matched, or the one whose prefix an unrecorded request is under.
+DIALECT_ROUTE = web.RequestKey("dialect_route", Route)
 # A database outage fails every request the same way: one line per cause per interval.
 store_log = RateLimitedLog(log)
 # A misconfiguration, not an incident: once per host an hour is enough to be seen.
@@ -80,7 +82,7 @@ async def handle(request: web.Request) -> web.StreamResponse:
     route = match(request, state, path, forward=forward)
     if route is None:
         return await unmatched(request, state, forward=forward)
-    request[MATCHED_ROUTE] = route  # its contract's error dialect shapes refusals
+    request[DIALECT_ROUTE] = route
     if route.mcp is not None:
         if state.mcp is None:  # a wiring error, never a reason to record blindly
             raise RouteRefused(f"route {route.name} is an MCP route; MCP is not wired")
@@ -243,6 +245,10 @@ async def unmatched_reverse(
     prefixes that exist."""
     routes = state.config.routes
     path = request_path(request)
+    under = routes_under(routes, path)
+    if under:
+        # The SDK pointed at this prefix reads refusals in its own dialect here too.
+        request[DIALECT_ROUTE] = under[0]
     owner = passthrough_route(routes, request.method, path)
     if owner is None:
         prefixes = reverse_prefixes(routes)
@@ -293,7 +299,7 @@ def in_client_dialect(
 ) -> web.StreamResponse:
     """A proxy-made problem on a route whose contract names an error dialect, in
     that dialect (see ``dialects``); every other answer unchanged."""
-    route = request.get(MATCHED_ROUTE)
+    route = request.get(DIALECT_ROUTE)
     if route is None or route.mcp is not None:
         return response
     dialect = route.contract.error_dialect
