@@ -23,6 +23,7 @@ from effect_broker.mcp.jsonrpc import (
     find_response,
     fingerprint_body,
     parse_message,
+    replace_sse_response,
     revision_of,
     take_operation_key,
     tool_call,
@@ -279,3 +280,21 @@ def test_the_revision_that_defines_the_routing_headers_requires_them() -> None:
     # Earlier revisions (and clients that name none) may leave them out.
     check_routing_headers(parsed, None, None, revision="2025-11-25")
     check_routing_headers(parsed, None, None)
+
+
+def test_an_sse_answer_keeps_its_priming_event_when_its_response_is_replaced() -> None:
+    body = (
+        b"id: e-1\r\nretry: 500\r\ndata: \r\n\r\n"
+        b"event: message\r\nid: e-2\r\n"
+        b'data: {"jsonrpc":"2.0","id":3,"result":{"tools":[]}}\r\n\r\n'
+    )
+    replaced = replace_sse_response(body, {"jsonrpc": "2.0", "id": 3, "result": {"x": 1}})
+    assert replaced is not None
+    assert replaced.startswith(b"id: e-1\nretry: 500\ndata: \n\n")
+    assert b"event: message\nid: e-2\n" in replaced
+    assert find_response("text/event-stream", replaced) == {
+        "jsonrpc": "2.0",
+        "id": 3,
+        "result": {"x": 1},
+    }
+    assert replace_sse_response(b"id: 1\ndata: \n\n", {"id": 1}) is None

@@ -287,6 +287,29 @@ def sse_data(body: bytes) -> list[bytes]:
     return events
 
 
+def replace_sse_response(body: bytes, answer: dict[str, Any]) -> bytes | None:
+    """``body``, an SSE stream, with the data of the event that carries the JSON-RPC
+    response replaced by ``answer``; every other event and field (a priming ``id:``
+    and ``retry:``, notifications) kept as the server sent it. None if none does."""
+    events = body.replace(b"\r\n", b"\n").split(b"\n\n")
+    for index, event in enumerate(events):
+        lines = event.split(b"\n")
+        data = b"\n".join(
+            line[5:].removeprefix(b" ") for line in lines if line.startswith(b"data:")
+        )
+        if not data or _response(data) is None:
+            continue
+        kept = [line for line in lines if line and not line.startswith(b"data:")]
+        events[index] = b"\n".join([*kept, b"data: " + encode(answer)])
+        return b"\n\n".join(events)
+    return None
+
+
+def is_sse(content_type: str | None) -> bool:
+    """Whether an answer is an SSE stream."""
+    return _is_sse(content_type)
+
+
 def _response(data: bytes) -> dict[str, Any] | None:
     try:
         value = json.loads(data)
