@@ -267,3 +267,21 @@ async def test_reverse_mode_relays_under_a_prefix_unless_the_route_refuses(
             await session.ws_connect(f"{s.broker.proxy_url}/closed/chat")
         assert refused.value.status == 404
         assert len(s.echo.handshakes) == 1
+
+
+async def test_an_upgrade_offer_on_a_request_with_a_body_is_served_as_http(
+    database_url: str, tmp_path: Path
+) -> None:
+    """Never a WebSocket handshake: relaying it would drop its body."""
+    async with setup(database_url, tmp_path) as s:
+        reader, writer = await asyncio.open_connection(*address(s.broker.proxy_url))
+        writer.write(
+            f"POST http://127.0.0.1:{s.port}/plain HTTP/1.1\r\n"
+            f"Host: 127.0.0.1:{s.port}\r\nConnection: Upgrade\r\n"
+            "Upgrade: websocket\r\nContent-Length: 5\r\n\r\nhello".encode()
+        )
+        head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5)
+        writer.close()
+        assert head.startswith(b"HTTP/1.1 200"), head
+        [seen] = s.echo.handshakes
+        assert "Upgrade" not in seen and seen["Content-Length"] == "5"

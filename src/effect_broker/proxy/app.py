@@ -72,7 +72,9 @@ async def handle(request: web.Request) -> web.StreamResponse:
         tenant = await state.gateway.tenant_for(
             request.headers.get("Proxy-Authorization")
         )
-    if relays(upgrade_offer(request)):
+    if relays(upgrade_offer(request)) and not request.body_exists:
+        # An offer on a request with a body (never a WebSocket handshake) is ignored:
+        # the request is served as the HTTP/1.1 request it also is.
         return await upgrade(request, state, path)
     if request.raw_path.startswith(WS_TARGETS):
         raise MalformedRequest(
