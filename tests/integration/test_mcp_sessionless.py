@@ -233,3 +233,36 @@ async def test_a_request_of_the_revision_without_its_routing_headers_is_refused(
     assert refused.json["error"]["code"] == -32020
     assert left_out in refused.json["error"]["message"]
     assert store.calls == {} and rows == []
+
+
+async def test_a_replay_takes_the_shape_of_the_retrys_revision(
+    database_url: str, tmp_path: Path
+) -> None:
+    """Recorded by a 2026-07-28 client (``resultType: complete``), replayed to a
+    2025-11-25 retry without it: each revision gets the shape it requires."""
+    store = ToolStore()
+    charge = {"amount": 7, "currency": "eur", "operation_key": "m-7"}
+    async with mcp_broker(database_url, tmp_path, store) as broker:
+        first = await raw_call(broker, "r-1", "create_charge", charge)
+        legacy = await request(
+            "POST",
+            f"{broker.proxy_url}/mcp",
+            headers={
+                "Content-Type": "application/json",
+                "Accept": "application/json, text/event-stream",
+                "Mcp-Protocol-Version": "2025-11-25",
+            },
+            data=json.dumps(
+                {
+                    "jsonrpc": "2.0",
+                    "id": "r-2",
+                    "method": "tools/call",
+                    "params": {"name": "create_charge", "arguments": charge},
+                }
+            ),
+        )
+    assert first.json["result"]["resultType"] == "complete", first
+    assert legacy.headers.get("Idempotent-Replayed") == "true", legacy
+    assert "resultType" not in legacy.json["result"]
+    assert legacy.json["result"]["content"] == first.json["result"]["content"]
+    assert store.calls == {"create_charge": 1}

@@ -25,6 +25,7 @@ from effect_broker.mcp.jsonrpc import (
     parse_message,
     replace_sse_response,
     revision_of,
+    shaped_for,
     take_operation_key,
     tool_call,
 )
@@ -298,3 +299,14 @@ def test_an_sse_answer_keeps_its_priming_event_when_its_response_is_replaced() -
         "result": {"x": 1},
     }
     assert replace_sse_response(b"id: 1\ndata: \n\n", {"id": 1}) is None
+
+
+def test_a_recorded_result_takes_the_shape_of_the_asking_revision() -> None:
+    legacy = {"content": [], "isError": False}
+    modern = {**legacy, "resultType": "complete"}
+    assert shaped_for(legacy, "2026-07-28") == modern
+    assert shaped_for(modern, "2026-07-28") == modern
+    assert shaped_for(modern, "2025-11-25") == legacy
+    assert shaped_for(modern, None) == legacy
+    asking = {"resultType": "input_required"}
+    assert shaped_for(asking, "2025-11-25") == asking  # never dressed as complete

@@ -201,7 +201,8 @@ class McpEndpoint:
         task.add_done_callback(self._running.discard)
         task.add_done_callback(lambda _: self.in_flight.end(token))
         outcome = await asyncio.shield(task)
-        return await render(outcome, call.id, request)
+        version = request.headers.get("MCP-Protocol-Version")
+        return await render(outcome, call.id, request, revision_of(message, version))
 
     async def _submit_shared(
         self, intent: Intent, key: bytes, expires_in: timedelta

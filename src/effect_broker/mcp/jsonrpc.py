@@ -343,6 +343,20 @@ HEADERS_REQUIRED_FROM = "2026-07-28"
 META_PROTOCOL_VERSION = "io.modelcontextprotocol/protocolVersion"
 
 
+def shaped_for(result: Any, revision: str | None) -> Any:
+    """A recorded ``result`` in the shape the asking client's revision requires,
+    whichever revision recorded it: from 2026-07-28 every result names its
+    ``resultType`` (absent meant ``complete`` before), and an earlier client is
+    never handed the 2026 tag for a complete result."""
+    if not isinstance(result, dict):
+        return result
+    if revision is not None and revision >= HEADERS_REQUIRED_FROM:
+        return result if "resultType" in result else {**result, "resultType": "complete"}
+    if result.get("resultType") == "complete":
+        return {name: value for name, value in result.items() if name != "resultType"}
+    return result
+
+
 def revision_of(message: Message, version_header: str | None) -> str | None:
     """The protocol revision a message is sent under: its ``MCP-Protocol-Version``
     header, else the version in its ``params._meta`` (sessionless revision)."""
