@@ -69,15 +69,14 @@ async def start_site(
         factory = handler_factory(http, keepalive_timeout=edge.keepalive_timeout)
     else:
         gate = ConnectionGate(edge.max_connections)
-        intercept = None
-        if leaves is not None:
-            intercept = Interception(
-                leaves,
-                http,
-                keepalive_timeout=edge.keepalive_timeout,
-                handshake_timeout=edge.header_timeout,
-                gateway=gateway,
-            )
+        # Without a CA (``leaves`` None) the interception serves plain HTTP only.
+        intercept = Interception(
+            leaves,
+            http,
+            keepalive_timeout=edge.keepalive_timeout,
+            handshake_timeout=edge.header_timeout,
+            gateway=gateway,
+        )
         factory = partial(
             FrontProtocol,
             handler_factory(http, keepalive_timeout=edge.keepalive_timeout, gate=gate),

@@ -19,6 +19,7 @@ from rich.console import Console
 from effect_broker.admin.app import build_admin_app
 from effect_broker.cli.options import AdminListen, DatabaseUrl, Routes, settings_from
 from effect_broker.cli.words import plural
+from effect_broker.config.hosts import http_url
 from effect_broker.config.routes_file import load_routes
 from effect_broker.config.settings import Settings
 from effect_broker.errors import EffectBrokerError
@@ -48,7 +49,7 @@ async def run_reconciler(settings: Settings) -> None:
         console.print(
             f"reconciler {reconciler.owner} running against "
             f"{plural(len(config.routes), 'route')} "
-            f"from {settings.routes}, admin on http://{host}:{port}; Ctrl-C stops it"
+            f"from {settings.routes}, admin on {http_url(host, port)}; Ctrl-C stops it"
         )
         await reconciler.run(stop)
 

@@ -24,6 +24,12 @@ class Settings(BaseSettings):
     )
     listen: str = Field("127.0.0.1:8080", description="Proxy address, host:port.")
     admin_listen: str = Field("127.0.0.1:8081", description="Admin API address.")
+    allowed_hosts: str = Field(
+        "",
+        description="Further names (comma-separated; .example.com for a domain, * for "
+        "any) a reverse-mode or MCP request may name in Host, beside localhost, IP "
+        "addresses, the listen host and the machine's host name.",
+    )
     tenant: str = Field("default", description="The tenant a sidecar serves.")
     gateway: bool = Field(
         False, description="Shared gateway: tenant from Proxy-Authorization API keys."
