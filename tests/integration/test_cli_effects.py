@@ -245,3 +245,32 @@ async def test_a_broker_that_is_not_running_is_reported_plainly() -> None:
     message = re.sub(r"\s+", " ", plain(result.stderr))
     assert "connection refused" in message
     assert "EFFECT_BROKER_ADMIN_URL" in message
+
+
+async def test_resolve_help_names_both_ways_to_give_up_and_what_the_agent_hears(
+    admin: Admin,
+) -> None:
+    """``failed`` was described as "give up for good" while the agent was told it did
+    not happen; the help now separates proof (did_not_happen) from giving up."""
+    result = await cli(admin, "resolve", "--help", token=None)
+
+    text = re.sub(r"[\s│]+", " ", plain(result.stdout))
+    assert result.exit_code == 0, result.output
+    assert "give up for good" not in text
+    assert "did_not_happen: it did not, with proof" in text
+    assert "abandoned: give up without knowing" in text
+    assert "it may have happened" in text
+
+
+async def test_resolve_as_failed_is_recorded_as_abandoned(admin: Admin) -> None:
+    [mail_id] = await unknown(admin.broker, UNSAFE, "mail-6")
+
+    result = await cli(
+        admin, "resolve", mail_id, "--as", "failed", "--reason", "no time to check"
+    )
+
+    assert result.exit_code == 0, result.output
+    text = plain(result.stdout)
+    assert "`failed` is the deprecated word for `abandoned`" in text
+    assert "resolved as abandoned; status now failed_final" in text
+    assert (await admin.effect(mail_id))["history"][-1]["kind"] == "operator_abandoned"
