@@ -261,7 +261,10 @@ class EffectRequest:
                     UpstreamTLS(
                         f"{detail}; nothing was sent. The proxy always verifies the "
                         "target's certificate (trust a private CA with "
-                        "EFFECT_BROKER_UPSTREAM_CA_FILE)"
+                        "EFFECT_BROKER_UPSTREAM_CA_FILE). This failure is the proxy's "
+                        "and does not use up the effect's retries: once the proxy "
+                        "trusts the target, retrying with the same Operation-Key "
+                        "sends it"
                     ),
                     effect,
                 )
