@@ -7,6 +7,7 @@ invocation runs in a worker thread (``asyncio.to_thread``).
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import re
 import socket
@@ -21,12 +22,14 @@ from typer.testing import CliRunner, Result
 from effect_broker.cli import _register, app
 from effect_broker.cli.local_state import RunningUp
 from effect_broker.models import EffectStatus
+from tests.integration.harness import arm_faults, request
 from tests.integration.test_admin_api import (
     IDEMPOTENT,
     TOKEN,
     UNSAFE,
     Admin,
     admin_broker,
+    order,
     settled,
     unknown,
 )
@@ -274,3 +277,34 @@ async def test_resolve_as_failed_is_recorded_as_abandoned(admin: Admin) -> None:
     assert "`failed` is the deprecated word for `abandoned`" in text
     assert "resolved as abandoned; status now failed_final" in text
     assert (await admin.effect(mail_id))["history"][-1]["kind"] == "operator_abandoned"
+
+
+async def test_inspect_shows_the_payload_with_credentials_hidden(admin: Admin) -> None:
+    """``inspect`` showed only path, method and byte count: an operator could not tell
+    what to look for in the target's records."""
+    await arm_faults(admin.broker, hang_after_commit=1)
+    sent = await request(
+        "POST",
+        f"{admin.broker.proxy_url}/email/v1/charges",
+        data=json.dumps({**order("mail-7"), "api_key": "sk_live_9"}).encode(),
+        headers={
+            "Content-Type": "application/json",
+            "Operation-Key": "mail-7",
+            "Authorization": "Bearer hunter2",
+        },
+    )
+    effect_id = sent.headers["Effect-Id"]
+
+    result = await cli(admin, "inspect", effect_id)
+    api = await admin.effect(effect_id)
+
+    text = plain(result.stdout)
+    assert result.exit_code == 0, result.output
+    assert '"order_id": "mail-7"' in text and '"amount": 1200' in text
+    assert "sk_live_9" not in text and "hunter2" not in text
+    assert "hidden: header Authorization, body /api_key" in text
+    shown = api["request"]
+    assert shown["method"] == "POST" and shown["url"].endswith("/unsafe/v1/charges")
+    assert ["Authorization", "[redacted]"] in shown["headers"]
+    assert json.loads(shown["body"])["api_key"] == "[redacted]"
+    assert shown["redacted"] == ["header Authorization", "body /api_key"]

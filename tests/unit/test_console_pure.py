@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 from datetime import UTC, datetime, timedelta
 
-from effect_broker.admin.console.redaction import REDACTED, redact_request
 from effect_broker.admin.console.session import LIFETIME, SessionSigner
+from effect_broker.admin.redaction import REDACTED, redact_request
 from effect_broker.engine.messages import StoredRequest
 
 NOW = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)

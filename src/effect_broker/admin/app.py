@@ -21,6 +21,7 @@ from pydantic import BaseModel, SecretStr
 from effect_broker.admin.auth import ADMIN_TOKEN, TENANT, configured_token, require_token
 from effect_broker.admin.console import add_console
 from effect_broker.admin.openapi import openapi_document
+from effect_broker.admin.redaction import shown_request
 from effect_broker.admin.schemas import Health, Readiness
 from effect_broker.admin.state import ADMIN_STATE, AdminState
 from effect_broker.admin.validation import (
@@ -181,7 +182,12 @@ async def get_effect(request: web.Request) -> web.Response:
             )
         folded = fold_events(events, at_sequence)
     view = effect_detail_view(
-        effect, events, attempts, chain_intact=first_bad is None, at_sequence=folded
+        effect,
+        events,
+        attempts,
+        chain_intact=first_bad is None,
+        at_sequence=folded,
+        request=shown_request(request.app[ADMIN_STATE], effect),
     )
     return _json(view)
 

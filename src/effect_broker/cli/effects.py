@@ -302,6 +302,7 @@ def inspect(
     out.print()
     out.print(Text("Guarantee: ", style="bold") + Text(effect["guarantee"]))
     out.print()
+    _print_request(out, effect.get("request"))
     _print_history(out, effect["history"])
     if effect["chain_intact"]:
         out.print(Text("event chain intact: every digest verifies", style="green"))
@@ -317,6 +318,24 @@ def inspect(
                 f"{plural(folded['attempts'], 'attempt')})"
             )
         )
+
+
+def _print_request(out: Console, shown: dict[str, Any] | None) -> None:
+    """What the client sent, credentials hidden: what to look for at the target."""
+    out.print(Text("Request", style="bold"))
+    if shown is None:
+        out.print("  (cannot be opened with this broker's master keys)")
+        out.print()
+        return
+    out.print(Text(f"  {shown['method']} {shown['url']}"))
+    for name, value in shown["headers"]:
+        out.print(Text(f"  {name}: {value}"))
+    out.print()
+    for line in shown["body"].splitlines():
+        out.print(Text(f"  {line}"))
+    if shown["redacted"]:
+        out.print(Text(f"  hidden: {', '.join(shown['redacted'])}", style="dim"))
+    out.print()
 
 
 @effects_app.command("reconcile")

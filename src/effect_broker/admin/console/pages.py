@@ -21,7 +21,6 @@ import jinja2
 from aiohttp import web
 
 from effect_broker.admin.auth import ADMIN_TOKEN
-from effect_broker.admin.console.redaction import redact_request
 from effect_broker.admin.console.session import COOKIE, Session, SessionSigner
 from effect_broker.admin.console.views import (
     AWAITING,
@@ -30,15 +29,15 @@ from effect_broker.admin.console.views import (
     history_view,
     waiting_view,
 )
+from effect_broker.admin.redaction import shown_request
 from effect_broker.admin.requests import MAX_LIMIT
 from effect_broker.admin.state import ADMIN_STATE
 from effect_broker.admin.validation import parse_resolution_body
 from effect_broker.admin.views import GUARANTEES, trace_id_of
 from effect_broker.crypto import Keyring
 from effect_broker.engine.resolution import AWAITING_OPERATOR, permitted
-from effect_broker.engine.sealed import open_receipt, open_request
+from effect_broker.engine.sealed import open_receipt
 from effect_broker.errors import (
-    DecryptionError,
     EffectBrokerError,
     EffectNotFound,
     InvalidResolution,
@@ -286,12 +285,7 @@ async def _render_effect(
     state = request.app[ADMIN_STATE]
     events = await state.store.events(session.tenant, effect.effect_id)
     attempts = await state.store.attempts(session.tenant, effect.effect_id)
-    injected = state.engine.wiring.injected.get(effect.route, {})
-    try:
-        shown = redact_request(open_request(state.keyring, effect), injected)
-        request_error = None
-    except DecryptionError as exc:
-        shown, request_error = None, exc.message
+    shown = shown_request(state, effect)
     receipt_text = None
     if effect.status not in AWAITING_OPERATOR:
         receipt = await state.store.receipt(session.tenant, effect.effect_id)
@@ -311,7 +305,6 @@ async def _render_effect(
         effect=effect,
         guarantee=GUARANTEES[effect.safety],
         request_shown=shown,
-        request_error=request_error,
         attempts=attempts_view(attempts, events),
         history=history_view(events),
         receipt=receipt_text,

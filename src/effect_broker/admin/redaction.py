@@ -1,4 +1,4 @@
-"""The stored request as an operator may see it: secrets replaced, shape kept (pure).
+"""The stored request as an operator may see it: secrets replaced, shape kept.
 
 The operator needs the payload to know what to look for in the target's records, but
 not the credentials that travelled with it. Header values are hidden when the name
@@ -17,7 +17,11 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from effect_broker.admin.state import AdminState
 from effect_broker.engine.messages import StoredRequest
+from effect_broker.engine.sealed import open_request
+from effect_broker.errors import DecryptionError
+from effect_broker.models import Effect
 
 REDACTED = "[redacted]"
 MAX_SHOWN_BYTES = 64 * 1024
@@ -97,3 +101,13 @@ def redact_request(request: StoredRequest, injected: Iterable[str] = ()) -> Show
     headers = _headers(request.headers, injected, hidden)
     body = _body(request.body, hidden)
     return ShownRequest(request.method, request.url, headers, body, hidden)
+
+
+def shown_request(state: AdminState, effect: Effect) -> ShownRequest | None:
+    """The effect's stored request with credentials hidden; None if it cannot be
+    opened (no stored request, or sealed under a key this process does not hold)."""
+    try:
+        stored = open_request(state.keyring, effect)
+    except DecryptionError:
+        return None
+    return redact_request(stored, state.engine.wiring.injected.get(effect.route, {}))
