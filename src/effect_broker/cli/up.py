@@ -238,13 +238,21 @@ def _with_ca(settings: Settings, directory: Path) -> tuple[Settings, list[str]]:
     return settings, trust_lines(cert, bundle)
 
 
+# Where a client must not use the proxy: the sidecar's own ports.
+NO_PROXY = "127.0.0.1,localhost"
+
+
 def _banner(target: str | None, token_file: Path, trust: list[str]) -> str:
     lines = [
         "",
         "effect-broker is up. Send your agent's HTTP through it:",
         "  export http_proxy={proxy} https_proxy={proxy} HTTP_PROXY={proxy} "
         "HTTPS_PROXY={proxy}",
+        f"  export no_proxy={NO_PROXY} NO_PROXY={NO_PROXY}",
+        "  (without no_proxy, a request to the sidecar itself, reverse mode or the "
+        "admin API, goes through the proxy and is refused: 403 egress-refused)",
         "Admin API: {admin}  (/healthz, /readyz, /metrics, /v1/effects)",
+        "Operator console: {admin}/console  (log in with the admin token)",
         "Operators, in this folder (doctor, serve and effects read "
         f"{shown(token_file.parent)}/):",
         "  effect-broker effects list",
