@@ -8,6 +8,7 @@ database cluster (a 39 MB surprise in a folder where nothing could start).
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -77,3 +78,30 @@ def test_up_with_broken_routes_fails_before_any_key_or_cluster(tmp_path: Path) -
     assert result.stderr.startswith("error: routes.yaml:"), result.stderr
     assert "Traceback" not in result.stderr
     assert sorted(path.name for path in tmp_path.iterdir()) == ["routes.yaml"]
+
+
+def test_up_on_a_busy_port_fails_before_any_key_or_cluster(tmp_path: Path) -> None:
+    """A busy port was noticed only after the key, the CA and the database cluster
+    had been created; now it is the first thing checked after the routes."""
+    assert run("init", cwd=tmp_path).returncode == 0
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+
+        proxy = run("up", "--listen", f"127.0.0.1:{port}", cwd=tmp_path)
+        admin = run("up", "--admin-listen", f"127.0.0.1:{port}", cwd=tmp_path)
+        demo = run("up", "--demo", "--demo-port", str(port), cwd=tmp_path)
+
+    assert proxy.returncode == 1
+    assert proxy.stderr.strip() == (
+        f"error: the proxy address 127.0.0.1:{port} is already in use (another "
+        "effect-broker, or another program); choose another with --listen or "
+        "EFFECT_BROKER_LISTEN"
+    )
+    assert "--admin-listen" in admin.stderr and admin.returncode == 1
+    assert "--demo-port" in demo.stderr and demo.returncode == 1
+    assert sorted(path.name for path in tmp_path.iterdir()) == [
+        "routes.schema.json",
+        "routes.yaml",
+    ]

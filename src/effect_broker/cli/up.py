@@ -29,6 +29,7 @@ import typer
 from pydantic import SecretStr
 from rich.console import Console
 
+from effect_broker.cli.addresses import check_free, try_bind
 from effect_broker.cli.ca import ensure_ca, trust_lines
 from effect_broker.cli.init import STARTER_ROUTES
 from effect_broker.cli.local_state import RUNNING_FILE, RunningUp, shown
@@ -171,6 +172,9 @@ def up(
                     update={"routes": stack.enter_context(as_file(STARTER_ROUTES))}
                 )
             load_routes(settings.routes)  # before any key, CA or cluster is made
+            check_free(settings)  # and the ports, likewise
+            if demo:
+                _check_demo_port(demo_port)
             directory = settings.data_dir.resolve()
             directory.mkdir(parents=True, exist_ok=True)
             console.print(f"effect-broker up (data in {directory})")
@@ -215,6 +219,16 @@ def up(
             console.print(f"[red]error:[/] {exc.message}")
             raise typer.Exit(1) from exc
     console.print("effect-broker stopped")
+
+
+def _check_demo_port(port: int) -> None:
+    try:
+        try_bind("127.0.0.1", port)
+    except OSError as exc:
+        raise EffectBrokerError(
+            f"the demo target's port {port} cannot be used ({exc.strerror}); choose "
+            "another with --demo-port"
+        ) from exc
 
 
 def _demo_routes_on(settings: Settings, directory: Path, port: int) -> Settings:
