@@ -165,6 +165,17 @@ def up(
             "`effect-broker up --demo` runs the packaged demo"
         )
         raise typer.Exit(2)
+    try:
+        _start(settings, packaged=packaged, demo=demo, demo_port=demo_port)
+    except KeyboardInterrupt:
+        # Ctrl-C at any stage: everything started so far was stopped on the way out.
+        console.print("\ninterrupted: stopped everything that had started")
+        raise typer.Exit(130) from None
+    console.print("effect-broker stopped")
+
+
+def _start(settings: Settings, *, packaged: bool, demo: bool, demo_port: int) -> None:
+    """Every stage of ``up``, in order; each one stops again when the block unwinds."""
     with ExitStack() as stack:
         try:
             if packaged:
@@ -218,7 +229,6 @@ def up(
         except EffectBrokerError as exc:
             console.print(f"[red]error:[/] {exc.message}")
             raise typer.Exit(1) from exc
-    console.print("effect-broker stopped")
 
 
 def _check_demo_port(port: int) -> None:
