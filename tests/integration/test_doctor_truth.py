@@ -1,0 +1,111 @@
+"""doctor's verdicts against deliberately broken set-ups, compared with what the proxy
+itself would do. It said "upstream TLS ok" and "reachable" while every request to that
+upstream failed 502 upstream-tls, and "CA ok - none" next to an ``up`` that intercepts
+with its own CA."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from pathlib import Path
+
+from aiohttp import web
+from typer.testing import CliRunner, Result
+
+from effect_broker.cli import _register, app
+from effect_broker.cli.ca import ensure_ca
+from effect_broker.crypto import MasterKey
+from tests.integration.tls_support import ChargeTarget, TlsWorld, serve_tls
+
+ROUTES = """\
+version: 1
+contracts:
+  - {{name: payments.charge, version: "1", safety: idempotent,
+     idempotency_header: Idempotency-Key, key_retention: 1h, timeout: 5s}}
+routes:
+  - name: charge
+    match: {{method: POST, host: api.test, path: /v1/charges}}
+    upstream: {upstream}
+    contract: payments.charge
+"""
+
+
+async def doctor(tmp_path: Path, upstream: str, **env: str | None) -> Result:
+    routes = tmp_path / "routes.yaml"
+    routes.write_text(ROUTES.format(upstream=upstream))
+    _register()
+    return await asyncio.to_thread(
+        CliRunner().invoke,
+        app,
+        ["doctor", "--routes", str(routes), "--data-dir", str(tmp_path / "up")],
+        env={
+            "EFFECT_BROKER_MASTER_KEY": MasterKey.generate().to_base64(),
+            "EFFECT_BROKER_DATABASE_URL": None,
+            "EFFECT_BROKER_DATA_DIR": None,
+            "EFFECT_BROKER_CA_CERT": None,
+            "EFFECT_BROKER_CA_KEY": None,
+            "EFFECT_BROKER_UPSTREAM_CA_FILE": None,
+            "COLUMNS": "1000",
+            **env,
+        },
+    )
+
+
+def row(result: Result, check: str) -> str:
+    """The table row of one check, blanks folded."""
+    [line] = [
+        line for line in result.output.splitlines() if re.search(rf"│ {check}\s+│", line)
+    ]
+    return re.sub(r"\s+", " ", line)
+
+
+async def test_an_upstream_certificate_the_proxy_does_not_trust_fails(
+    tmp_path: Path,
+) -> None:
+    world = TlsWorld(tmp_path / "tls")
+    async with serve_tls(ChargeTarget().handle, world.server_context()) as port:
+        untrusted = await doctor(tmp_path, f"https://127.0.0.1:{port}")
+        trusted = await doctor(
+            tmp_path,
+            f"https://127.0.0.1:{port}",
+            EFFECT_BROKER_UPSTREAM_CA_FILE=str(world.target_ca_file),
+        )
+
+    failing = row(untrusted, f"upstream 127.0.0.1:{port}")
+    assert "FAIL" in failing, untrusted.output
+    assert "certificate" in failing and "502 upstream-tls" in failing
+    assert "EFFECT_BROKER_UPSTREAM_CA_FILE" in failing and "routes charge" in failing
+    assert untrusted.exit_code == 1
+    passing = row(trusted, f"upstream 127.0.0.1:{port}")
+    assert "ok" in passing and "TLS verified, HEAD answered 200" in passing, passing
+
+
+async def test_an_upstream_that_does_not_answer_is_a_warning(tmp_path: Path) -> None:
+    app_ = web.Application()
+    runner = web.AppRunner(app_)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    await runner.cleanup()  # nothing listens there any more
+
+    result = await doctor(tmp_path, f"http://127.0.0.1:{port}")
+
+    line = row(result, f"upstream 127.0.0.1:{port}")
+    assert "warning" in line and "cannot reach it now" in line
+
+
+async def test_next_to_up_the_ca_is_ups_own(tmp_path: Path) -> None:
+    """up intercepts with ./.effect-broker/ca.pem; doctor must not say "no CA"."""
+    alone = await doctor(tmp_path, "http://127.0.0.1:9")
+    cert, _, _ = ensure_ca(tmp_path / "up")  # what up makes on its first start
+    beside_up = await doctor(tmp_path, "http://127.0.0.1:9")
+
+    assert "none configured, and no CA of `effect-broker up`" in row(alone, "CA")
+    line = row(beside_up, "CA")
+    assert f"{cert}: CONNECT to watched hosts is intercepted" in line, line
+    assert "none" not in line
+    assert (
+        f"using {cert}" in beside_up.output.replace("\n", " ")
+        or str(cert) in (beside_up.output.splitlines()[0])
+    )
