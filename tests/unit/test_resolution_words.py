@@ -120,3 +120,11 @@ def test_the_mcp_answer_uses_the_same_words(
     message = json.loads(answer.text)["error"]["data"]["message"]
     assert says in message
     assert never not in message.split(". The operator's reason")[0]
+
+
+def test_the_mcp_management_server_uses_the_same_words() -> None:
+    from effect_broker.mcp.management import INSTRUCTIONS
+
+    for word in Resolution:
+        assert word.value in INSTRUCTIONS
+    assert "failed" not in INSTRUCTIONS.replace("failed_final", "")
