@@ -253,3 +253,26 @@ async def test_the_trace_id_links_to_the_configured_trace_ui(admin: Admin) -> No
 
     assert status == 200
     assert f'href="https://traces.example/trace/{"c" * 32}"' in html
+
+
+async def test_a_login_posted_from_another_site_is_refused(admin: Admin) -> None:
+    refused = await request(
+        "POST",
+        admin.url + "/console/login",
+        data={"token": TOKEN},
+        headers={"Origin": "https://evil.example"},
+    )
+    async with (
+        aiohttp.ClientSession() as session,
+        session.post(
+            admin.url + "/console/login",
+            data={"token": TOKEN},
+            headers={"Origin": admin.url},
+            allow_redirects=False,
+        ) as same_site,
+    ):
+        cookie = same_site.headers.get("Set-Cookie", "")
+
+    assert refused.status == 403
+    assert COOKIE not in refused.headers.get("Set-Cookie", "")
+    assert same_site.status == 303 and COOKIE in cookie

@@ -55,7 +55,7 @@ SECURITY_HEADERS = {
     ),
     "X-Frame-Options": "DENY",
     "X-Content-Type-Options": "nosniff",
-    "Referrer-Policy": "no-referrer",
+    "Referrer-Policy": "same-origin",  # Origin reaches us, never other sites
     "Cache-Control": "no-store",
 }
 
@@ -149,7 +149,19 @@ def _configured(request: web.Request) -> bool:
     return request.app[ADMIN_STATE].gateway is not None or ADMIN_TOKEN in request.app
 
 
+def _cross_site(request: web.Request) -> bool:
+    """A form posted from another origin (browsers send ``Origin`` on every POST).
+
+    The login form has no session to bind a CSRF token to yet, so another site could
+    otherwise log a browser in under a token of its choosing.
+    """
+    origin = request.headers.get("Origin")
+    return origin is not None and origin != f"{request.scheme}://{request.host}"
+
+
 async def login(request: web.Request) -> web.Response:
+    if _cross_site(request):
+        return _forbidden(request)
     form = await request.post()
     token = str(form.get("token", "")).strip()
     tenant = await _tenant_for(request, token) if token else None
