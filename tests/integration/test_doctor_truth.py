@@ -6,14 +6,17 @@ with its own CA."""
 from __future__ import annotations
 
 import asyncio
+import os
 import re
 from pathlib import Path
 
+import pytest
 from aiohttp import web
 from typer.testing import CliRunner, Result
 
 from effect_broker.cli import _register, app
 from effect_broker.cli.ca import ensure_ca
+from effect_broker.cli.local_state import RunningUp
 from effect_broker.crypto import MasterKey
 from tests.integration.tls_support import ChargeTarget, TlsWorld, serve_tls
 
@@ -109,3 +112,36 @@ async def test_next_to_up_the_ca_is_ups_own(tmp_path: Path) -> None:
         f"using {cert}" in beside_up.output.replace("\n", " ")
         or str(cert) in (beside_up.output.splitlines()[0])
     )
+
+
+async def test_beside_up_without_a_routes_file_doctor_checks_the_routes_up_serves(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`up --demo` in a folder without routes.yaml serves the packaged demo routes;
+    doctor beside it said "routes.yaml: no such file"."""
+    served = tmp_path / "up" / "demo-routes.yaml"
+    served.parent.mkdir()
+    served.write_text(ROUTES.format(upstream="http://127.0.0.1:9"))
+    RunningUp(os.getpid(), "http://127.0.0.1:1", "http://127.0.0.1:2", str(served)).write(
+        served.parent
+    )
+    folder = tmp_path / "empty"
+    folder.mkdir()
+    monkeypatch.chdir(folder)
+    _register()
+
+    result = await asyncio.to_thread(
+        CliRunner().invoke,
+        app,
+        ["doctor", "--data-dir", str(tmp_path / "up")],
+        env={
+            "EFFECT_BROKER_MASTER_KEY": MasterKey.generate().to_base64(),
+            "EFFECT_BROKER_ROUTES": None,
+            "EFFECT_BROKER_DATABASE_URL": None,
+            "COLUMNS": "1000",
+        },
+    )
+
+    assert f"using {served}" in result.output.splitlines()[0]
+    line = row(result, "routes")
+    assert "ok" in line and f"{served}: 1 route" in line, line

@@ -28,7 +28,7 @@ from effect_broker.cli.doctor_keys import (
     configured_key,
     ledger_key,
 )
-from effect_broker.cli.local_state import up_database, using
+from effect_broker.cli.local_state import RunningUp, up_database, using
 from effect_broker.cli.options import DatabaseUrl, Routes, settings_from
 from effect_broker.cli.words import plural
 from effect_broker.config.routes_config import RoutesConfig
@@ -178,6 +178,15 @@ async def diagnose(settings: Settings) -> list[Finding]:
             tls = None  # reported by the "upstream TLS" check
         findings += await _upstreams(config, tls)
     return findings
+
+
+def ups_routes(settings: Settings) -> Path | None:
+    """The routes file a running ``up`` in the data directory serves (the packaged
+    demo's included), for a doctor started beside it in a folder without one."""
+    running = RunningUp.find(settings.data_dir)
+    if running is None or running.routes is None or not Path(running.routes).exists():
+        return None
+    return Path(running.routes)
 
 
 def with_ups_ca(settings: Settings) -> Settings:
@@ -340,6 +349,10 @@ def doctor(
     """Check routes, secrets, master key, database, migrations, clock, CA, upstreams."""
     settings = settings_from(routes=routes, database_url=database_url, data_dir=data_dir)
     used: list[Path] = []
+    asked = routes is not None or bool(os.environ.get("EFFECT_BROKER_ROUTES"))
+    if not asked and not settings.routes.exists() and (served := ups_routes(settings)):
+        settings = settings.model_copy(update={"routes": served})
+        used.append(served)
     no_key = settings.master_key is None and settings.master_keys is None
     if no_key and (key_file := KeyFile.find(settings.data_dir)) is not None:
         used.append(key_file.path)

@@ -221,7 +221,8 @@ def _start(settings: Settings, *, packaged: bool, demo: bool, demo_port: int) ->
             stack.callback((directory / RUNNING_FILE).unlink, missing_ok=True)
 
             def ready(proxy_url: str, admin_url: str) -> None:
-                RunningUp(os.getpid(), proxy_url, admin_url).write(directory)
+                served = str(settings.routes.resolve())
+                RunningUp(os.getpid(), proxy_url, admin_url, served).write(directory)
 
             run_on_fastest_loop(
                 run_proxy(settings, migrate=True, banner=banner, on_ready=ready)
