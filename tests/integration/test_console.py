@@ -5,6 +5,7 @@ in Chromium). Unknown effects come from the demo target's ``hang_after_commit`` 
 
 from __future__ import annotations
 
+import base64
 import json
 import re
 from collections.abc import AsyncIterator
@@ -18,6 +19,7 @@ import pytest
 from effect_broker.admin.app import build_admin_app
 from effect_broker.admin.console.session import COOKIE
 from effect_broker.server import admin_state
+from effect_broker.tenancy import new_api_key
 from tests.integration.harness import arm_faults, request, serve_app
 from tests.integration.test_admin_api import (
     IDEMPOTENT,
@@ -276,3 +278,39 @@ async def test_a_login_posted_from_another_site_is_refused(admin: Admin) -> None
     assert refused.status == 403
     assert COOKIE not in refused.headers.get("Set-Cookie", "")
     assert same_site.status == 303 and COOKIE in cookie
+
+
+async def test_on_a_gateway_a_tenant_logs_in_with_its_api_key_and_sees_its_own(
+    database_url: str, tmp_path: Path
+) -> None:
+    async with admin_broker(database_url, tmp_path, token=None, gateway=True) as admin:
+        store = admin.broker.state.store
+        keys = {}
+        for tenant in ("acme", "globex"):
+            key = new_api_key()
+            await store.add_api_key(tenant, key.key_id, key.secret_hash)
+            keys[tenant] = key.api_key
+        auth = "Basic " + base64.b64encode(f"acme:{keys['acme']}".encode()).decode()
+        await arm_faults(admin.broker, hang_after_commit=1)
+        sent = await send(admin.broker, UNSAFE, "mail-gw", proxy_auth=auth)
+        effect_id = sent.headers["Effect-Id"]
+        pages = {}
+        for tenant, key in keys.items():
+            jar = aiohttp.CookieJar(unsafe=True)
+            async with aiohttp.ClientSession(base_url=admin.url, cookie_jar=jar) as s:
+                async with s.post("/console/login", data={"token": key}) as answer:
+                    assert answer.status == 200
+                pages[tenant] = (
+                    await page(s, "/console/effects"),
+                    await page(s, f"/console/effects/{effect_id}"),
+                )
+        wrong = await request(
+            "POST", admin.url + "/console/login", data={"token": keys["acme"] + "x"}
+        )
+
+    (_, acme_list), (acme_status, _) = pages["acme"]
+    (_, globex_list), (globex_status, _) = pages["globex"]
+    assert effect_id in acme_list and acme_status == 200
+    assert effect_id not in globex_list and globex_status == 404
+    assert "tenant <strong>globex</strong>" in globex_list
+    assert wrong.status == 401
