@@ -145,3 +145,32 @@ async def test_beside_up_without_a_routes_file_doctor_checks_the_routes_up_serve
     assert f"using {served}" in result.output.splitlines()[0]
     line = row(result, "routes")
     assert "ok" in line and f"{served}: 1 route" in line, line
+
+
+async def test_a_missing_secret_is_its_own_failure_not_a_broken_routes_file(
+    tmp_path: Path,
+) -> None:
+    routes = tmp_path / "routes.yaml"
+    routes.write_text(
+        ROUTES.format(upstream="http://127.0.0.1:9")
+        + '    inject_headers: {Authorization: "Bearer ${env:PAYMENTS_TOKEN_X}"}\n'
+    )
+    _register()
+
+    result = await asyncio.to_thread(
+        CliRunner().invoke,
+        app,
+        ["doctor", "--routes", str(routes), "--data-dir", str(tmp_path / "up")],
+        env={
+            "EFFECT_BROKER_MASTER_KEY": MasterKey.generate().to_base64(),
+            "EFFECT_BROKER_DATABASE_URL": None,
+            "PAYMENTS_TOKEN_X": None,
+            "COLUMNS": "1000",
+        },
+    )
+
+    assert "ok" in row(result, "routes")
+    line = row(result, "secrets")
+    assert "FAIL" in line and "PAYMENTS_TOKEN_X is not set" in line, line
+    assert "upstream 127.0.0.1:9" in result.output  # the routes are still checked
+    assert result.exit_code == 1

@@ -145,11 +145,16 @@ async def diagnose(settings: Settings) -> list[Finding]:
                 f"{settings.routes}: {plural(len(config.routes), 'route')}",
             )
         )
-        resolve_inject_headers(config, os.environ)
-        findings.append(Finding("secrets", True, "every ${env:...} reference is set"))
     except EffectBrokerError as exc:
         findings.append(Finding("routes", False, exc.message))
         config = None
+    if config is not None:
+        try:
+            resolve_inject_headers(config, os.environ)
+            findings.append(Finding("secrets", True, "every ${env:...} reference is set"))
+        except EffectBrokerError as exc:
+            # The routes themselves are fine: their upstreams are still checked below.
+            findings.append(Finding("secrets", False, exc.message))
     database_url, source = settings.database_url, ""
     if not database_url and (embedded := up_database(settings.data_dir)):
         database_url = embedded
