@@ -150,6 +150,8 @@ async def test_the_effect_page_shows_the_contract_and_the_request_with_secrets_h
     assert "Hidden: header X-Api-Key, body /api_key" in words
     assert "a" * 32 in html  # the trace id
     assert "outcome_unknown" in words
+    # What the attempt got back, from the history: the contract's timeout ran out.
+    assert "outcome_unknown: reason no complete answer within 0.5s" in words
     # Exactly what an unsafe contract permits: no resend with the same key.
     assert 'value="succeeded"' in html and 'value="did_not_happen"' in html
     assert 'value="abandoned"' in html and 'value="not_committed"' not in html

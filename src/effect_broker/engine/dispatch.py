@@ -473,6 +473,7 @@ class Dispatcher:
             EffectStatus.OUTCOME_UNKNOWN,
             kind="outcome_unknown",
             actor=self._owner,
+            details={"reason": why},  # what the attempt got back, kept in the history
             due_in=next_look_when_unknown(
                 effect.safety, effect.attempts, contract.settlement_bound, rng=self._rng
             ),

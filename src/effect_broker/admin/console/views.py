@@ -180,10 +180,15 @@ def attempts_view(
 
 
 def _outcome(event: EffectEvent) -> str:
-    said = {
-        k: v
-        for k, v in event.details.items()
-        if k in {"error", "reason", "status_code", "why", "result", "answer"}
-    }
-    extra = f": {json.dumps(said, ensure_ascii=False, default=str)}" if said else ""
-    return f"{event.kind} → {event.to_status}{extra}"
+    """``kind → status``, and what the event recorded about the answer, if anything."""
+    head = (
+        event.kind
+        if event.kind == event.to_status
+        else f"{event.kind} → {event.to_status}"
+    )
+    said = [
+        f"{key} {value}"
+        for key, value in event.details.items()
+        if key in {"reason", "status_code", "cause", "source"} and value is not None
+    ]
+    return f"{head}: {', '.join(said)}" if said else head
