@@ -24,6 +24,7 @@ from effect_broker.engine.owners import worker_name
 from effect_broker.engine.rekey import with_idempotency_root
 from effect_broker.engine.slots import UpstreamSlots
 from effect_broker.engine.upstream import client_session, upstream_tls
+from effect_broker.engine.waiters import Waiters
 from effect_broker.engine.wiring import Wiring
 from effect_broker.errors import MigrationError, TLSSetupError
 from effect_broker.mcp.answers import McpProtocol
@@ -63,6 +64,7 @@ async def open_runtime(
         min_size=settings.pool_min_size,
         max_size=settings.pool_max_size,
     )
+    waiters = Waiters(store.effect_versions)
     try:
         if migrate:
             await store.migrate()
@@ -102,6 +104,7 @@ async def open_runtime(
                     per_route=settings.reconciler_connections,
                     queue_timeout=settings.upstream_queue_timeout,
                 ),
+                waiters=waiters,
                 protocols={
                     route.name: McpProtocol()
                     for route in config.routes
@@ -122,9 +125,14 @@ async def open_runtime(
                 metrics=metrics,
                 receipts=ReceiptCache(settings.receipt_cache_bytes),
                 ca=ca,
-                mcp=McpEndpoint(engine, max_request_bytes=settings.max_request_bytes),
+                mcp=McpEndpoint(
+                    engine,
+                    running_calls=store,
+                    max_request_bytes=settings.max_request_bytes,
+                ),
             )
     finally:
+        await waiters.close()
         await store.close()
 
 

@@ -20,8 +20,7 @@ from effect_broker.admin.app import build_admin_app
 from effect_broker.admin.console.session import COOKIE
 from effect_broker.server import admin_state
 from effect_broker.tenancy import new_api_key
-from tests.integration.harness import arm_faults, request, serve_app
-from tests.integration.test_admin_api import (
+from tests.integration.admin_support import (
     IDEMPOTENT,
     TOKEN,
     UNSAFE,
@@ -31,6 +30,7 @@ from tests.integration.test_admin_api import (
     send,
     unknown,
 )
+from tests.integration.harness import arm_faults, request, serve_app
 
 
 @pytest.fixture

@@ -21,7 +21,7 @@ from uuid import UUID
 
 import pytest
 
-from tests.integration.test_admin_api import (
+from tests.integration.admin_support import (
     TOKEN,
     UNSAFE,
     admin_broker,
@@ -35,7 +35,11 @@ SCREENSHOTS = {
     for name in ("login", "effects", "effect")
 }
 UPDATE = os.environ.get("EFFECT_BROKER_UPDATE_SCREENSHOTS") == "1"
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+CHROMIUM = (
+    shutil.which("chromium")
+    or shutil.which("chromium-browser")
+    or shutil.which("google-chrome")  # what hosted Ubuntu runners carry instead
+)
 CHROMEDRIVER = shutil.which("chromedriver")
 WAIT = 10.0  # seconds: the longest a page may take to appear
 

@@ -32,7 +32,8 @@ from effect_broker.target.protocol import (
     lookup_path,
     tombstone_path,
 )
-from tests.integration.target_support import lock_waiters, poll
+from tests.integration.target_support import lock_waiters
+from tests.support import poll
 
 Client = TestClient[Any, Any]
 SECRET = "demo-kit-secret"
@@ -246,6 +247,7 @@ async def test_holds_exist_only_in_transactional_mode(
     assert await (await client.get("/_faults")).json() == {
         "hang_after_commit": 0,
         "fail_before_commit": 0,
+        "stream_after_commit": 0,
     }
     assert (await client.post(PATH, json=CHARGE)).status == 404
 

@@ -11,15 +11,39 @@ the same key goes through.
 from __future__ import annotations
 
 import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 import asyncpg
 
 from effect_broker.config.contracts import DEFAULT_RETRY_LIMIT
 from effect_broker.crypto import MasterKey
-from tests.integration.harness import PROBLEMS, request
-from tests.integration.test_https_intercept import CHARGE, setup
-from tests.integration.tls_support import ChargeTarget, TlsWorld, serve_tls
+from tests.integration.harness import PROBLEMS, Broker, request, running_broker
+from tests.integration.tls_support import (
+    CHARGE,
+    ChargeTarget,
+    TlsWorld,
+    routes,
+    serve_tls,
+)
+
+
+@asynccontextmanager
+async def proxy_for(
+    database_url: str, tmp_path: Path, untrusted_port: int, **settings: Any
+) -> AsyncIterator[Broker]:
+    """A proxy whose ``untrusted`` route goes to ``untrusted_port`` over TLS, trusting
+    only its own test CA unless ``upstream_ca_file`` says otherwise."""
+    world = TlsWorld(tmp_path)
+    async with serve_tls(ChargeTarget().handle, world.server_context()) as port:
+        text = routes(port).replace("{untrusted}", str(untrusted_port))
+        options = {**world.settings(), **settings}
+        async with running_broker(
+            database_url, tmp_path, routes=lambda _: text, **options
+        ) as broker:
+            yield broker
 
 
 async def charge(
@@ -42,22 +66,22 @@ async def test_an_untrusted_upstream_certificate_never_burns_the_key(
     target = ChargeTarget()
     master_key = MasterKey.generate().to_base64()  # one ledger, two proxy runs
     async with serve_tls(target.handle, stranger.server_context()) as port:
-        async with setup(
-            database_url, tmp_path / "before", untrusted_port=port, master_key=master_key
-        ) as s:
+        async with proxy_for(
+            database_url, tmp_path / "before", port, master_key=master_key
+        ) as broker:
             answers = [
-                await charge(s.broker.proxy_url, "order-7:charge")
+                await charge(broker.proxy_url, "order-7:charge")
                 for _ in range(DEFAULT_RETRY_LIMIT + 2)
             ]
         # The operator trusts the target's CA and restarts the proxy.
-        async with setup(
+        async with proxy_for(
             database_url,
             tmp_path / "after",
-            untrusted_port=port,
+            port,
             upstream_ca_file=stranger.target_ca_file,
             master_key=master_key,
-        ) as s:
-            fixed = await charge(s.broker.proxy_url, "order-7:charge")
+        ) as broker:
+            fixed = await charge(broker.proxy_url, "order-7:charge")
 
     for status, headers, problem in answers:
         assert status == 502, problem

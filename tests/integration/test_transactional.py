@@ -204,12 +204,17 @@ async def transactional(
                 opened.set()
 
 
-async def post(broker: Broker, key: str = "invoice-7:post") -> Answer:
+async def post(
+    broker: Broker, key: str = "invoice-7:post", *, prefer: str | None = None
+) -> Answer:
+    headers = {"Operation-Key": key, "Content-Type": "application/json"}
+    if prefer is not None:
+        headers["Prefer"] = prefer
     return await request(
         "POST",
         f"{broker.proxy_url}/ledger/v1/entries",
         data=json.dumps({"invoice": key, "amount": 700}),
-        headers={"Operation-Key": key, "Content-Type": "application/json"},
+        headers=headers,
     )
 
 
@@ -589,8 +594,9 @@ async def test_an_operator_cannot_requeue_it_but_can_have_it_looked_up_again(
 async def test_a_second_retry_during_the_lookup_is_told_it_is_in_flight(
     database_url: str, tmp_path: Path
 ) -> None:
-    """The lookup holds the effect (RECONCILING, leased): a concurrent retry neither
-    looks up nor sends, and the first retry's proof is what everyone gets."""
+    """The lookup holds the effect (RECONCILING, leased): a concurrent retry that will
+    not wait neither looks up nor sends, and the first retry's proof is what everyone
+    gets."""
     async with transactional(database_url, tmp_path) as (broker, kit):
         kit.script.append("commit_then_500")
         started, gate = asyncio.Event(), asyncio.Event()
@@ -605,7 +611,7 @@ async def test_a_second_retry_during_the_lookup_is_told_it_is_in_flight(
         first = asyncio.create_task(post(broker))
         await started.wait()
 
-        second = await post(broker)
+        second = await post(broker, prefer="wait=0")
         gate.set()
         settled = await first
 

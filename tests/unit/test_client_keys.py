@@ -4,8 +4,6 @@ the frameworks' objects)."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import time
 import uuid
 from dataclasses import dataclass
@@ -23,31 +21,6 @@ from effect_broker.client import (
     stable,
     temporal_key,
 )
-
-SERVER_MODULES = ("aiohttp", "asyncpg", "pydantic", "effect_broker.engine", "yaml")
-
-
-def test_importing_the_client_pulls_in_none_of_the_proxy() -> None:
-    code = (
-        "import sys, effect_broker.client; "
-        f"print([m for m in {SERVER_MODULES!r} if m in sys.modules])"
-    )
-    out = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, check=True
-    ).stdout
-    assert out.strip() == "[]"
-
-
-def test_the_same_parts_give_the_same_key_in_another_process() -> None:
-    key = operation_key("order-42", "charge", 3)
-    code = (
-        "from effect_broker.client import operation_key; "
-        "print(operation_key('order-42', 'charge', 3))"
-    )
-    other = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, check=True
-    ).stdout.strip()
-    assert key == other == "order-42:charge:3"
 
 
 @pytest.mark.parametrize(
@@ -132,3 +105,21 @@ def test_openai_agents_keys_follow_the_tool_call() -> None:
 def test_a_plain_loop_names_its_job_and_step() -> None:
     keys = {operation_key("nightly-invoices", "2026-12-01", n) for n in range(3)}
     assert keys == {f"nightly-invoices:2026-12-01:{n}" for n in range(3)}
+
+
+def test_recipes_refuse_a_step_that_changes_per_retry() -> None:
+    info = ActivityInfo("order-42-flow", "3", attempt=1, workflow_run_id="r1")
+    config = {"configurable": {"thread_id": "t-1", "checkpoint_id": "1ef-a"}}
+    with pytest.raises(RandomPart, match="uuid4"):
+        temporal_key(info, str(uuid.uuid4()))
+    with pytest.raises(RandomPart, match="date and time"):
+        langgraph_key(config, f"charge-{datetime.now(UTC).isoformat()}")
+
+
+def test_recipes_refuse_a_clock_reading_passed_as_the_runtimes_id() -> None:
+    with pytest.raises(RandomPart, match="run_id"):
+        openai_agents_key(time.time(), "call_abc")  # type: ignore[arg-type]
+    with pytest.raises(RandomPart, match="thread_id"):
+        langgraph_key({"configurable": {"thread_id": datetime.now(UTC)}}, "charge")
+    with pytest.raises(ValueError, match="tool_call_id"):
+        openai_agents_key("conv-9", "")

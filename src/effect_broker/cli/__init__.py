@@ -34,6 +34,7 @@ COMMANDS: dict[str, tuple[str, str, bool]] = {
     "demo": ("demo", "demo_app", True),
     "keys": ("keys", "keys_app", True),
     "ca": ("ca", "ca_app", True),
+    "contracts": ("contracts", "contracts_app", True),
     "migrate": ("migrate", "migrate", False),
     "serve": ("serve", "serve", False),
     "init": ("init", "init", False),
@@ -52,6 +53,7 @@ SUMMARIES: dict[str, str] = {
     "demo": "Demonstrations that run real processes against a real PostgreSQL.",
     "keys": "Master keys: what each protects, and rotation.",
     "ca": "The local CA for HTTPS interception.",
+    "contracts": "Check that targets keep what their contracts claim.",
     "migrate": "Apply pending migrations; safe to run again and from several places at "
     "once.",
     "serve": "Serve the proxy (default 127.0.0.1:8080) and admin API (127.0.0.1:8081).",

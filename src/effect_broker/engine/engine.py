@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import time
 import uuid
 from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass, replace
@@ -29,7 +30,7 @@ from effect_broker.engine import resolution
 from effect_broker.engine.dispatch import Dispatcher, outgoing_request, wire_key
 from effect_broker.engine.fence import SendWindow
 from effect_broker.engine.messages import StoredRequest
-from effect_broker.engine.policy import Verdict, decide
+from effect_broker.engine.policy import DEFAULT_RETRY_AFTER, Verdict, decide
 from effect_broker.engine.resolution import ResolutionRequest
 from effect_broker.engine.results import (
     Answered,
@@ -50,12 +51,12 @@ from effect_broker.errors import (
     StoreUnavailable,
 )
 from effect_broker.models import (
+    AttemptTerms,
     Effect,
     EffectStatus,
     ReservationOutcome,
     SafetyClass,
 )
-from effect_broker.store import AttemptTerms
 
 log = logging.getLogger("effect_broker.engine")
 
@@ -74,6 +75,9 @@ class Intent:
     route: Route
     request: StoredRequest
     preview: Mapping[str, Any]
+    # How long a duplicate may wait for the request in flight: the client's
+    # ``Prefer: wait=N``, else (None) the contract's ``in_flight_wait``.
+    wait: timedelta | None = None
 
 
 class Engine:
@@ -103,6 +107,8 @@ class Engine:
         effect_id = uuid.uuid4()
         sealed = seal_request(self._keyring, intent.tenant, effect_id, intent.request)
         window = self._dispatcher.window_for(contract)  # before the lease is asked for
+        wait = contract.in_flight_wait if intent.wait is None else intent.wait
+        wait_until = time.monotonic() + wait.total_seconds()
         failpoints.hit(failpoints.BEFORE_RESERVE_COMMIT)
         reservation = await self._store.reserve(
             tenant_id=intent.tenant,
@@ -135,7 +141,11 @@ class Engine:
                 return Replayed(effect, response, receipt.source)
             return await self._fenced(
                 self._advance(
-                    effect, route, intent.request, seen_at=reservation.observed_at
+                    effect,
+                    route,
+                    intent.request,
+                    seen_at=reservation.observed_at,
+                    wait_until=wait_until,
                 ),
                 effect,
             )
@@ -173,7 +183,14 @@ class Engine:
                 f"{effect.contract_version} is not in the running configuration",
             )
             return Unknown(effect, Unknowable.AWAITING_OPERATOR, effect.last_error or "")
-        return await self._fenced(self._advance(effect, route, None, owned=True), effect)
+        outcome = await self._fenced(
+            self._advance(effect, route, None, owned=True), effect
+        )
+        if isinstance(outcome, Answered) and outcome.attempt.stream is not None:
+            # Nobody to pass a streamed answer on to: read it to its end and settle.
+            ended = await outcome.attempt.stream.discard()
+            return dataclasses.replace(outcome, effect=ended.effect)
+        return outcome
 
     async def prune_settled(self, *, limit: int) -> int:
         """Delete up to ``limit`` settled effects past their contract's
@@ -232,6 +249,7 @@ class Engine:
         *,
         owned: bool = False,
         seen_at: datetime | None = None,
+        wait_until: float | None = None,
     ) -> Outcome:
         """Carry out the policy until there is something to answer.
 
@@ -240,6 +258,9 @@ class Engine:
         read that changed nothing, else the row's ``updated_at``). Leases and deadlines
         are the database's times too, so two proxies with skewed clocks still agree on
         when a lease has run out.
+
+        A duplicate of a request in flight waits, until ``wait_until`` on the monotonic
+        clock, for the effect to move, then decides again (a replay, once it settled).
         """
         contract = route.contract
         upstream_seconds = 0.0
@@ -255,7 +276,18 @@ class Engine:
                 outcome: Outcome = Replayed(effect, response, receipt.source)
             elif verdict is Verdict.IN_FLIGHT:
                 assert decision.retry_after is not None
-                outcome = Busy(effect, reason, decision.retry_after)
+                left = 0.0 if wait_until is None else wait_until - time.monotonic()
+                if left > 0:
+                    moved = await self.wiring.waiters.wait(effect, left)
+                    if moved is not None:
+                        effect = await self._store.get(effect.tenant_id, effect.effect_id)
+                        seen_at = moved.observed_at or seen_at
+                        continue
+                outcome = Busy(
+                    effect,
+                    reason,
+                    self._until_attempt_ends(decision.retry_after, contract),
+                )
             elif verdict is Verdict.WAIT_SETTLEMENT:
                 if owned:
                     effect = await self._release(effect, decision.retry_after)
@@ -377,7 +409,8 @@ class Engine:
         return Answered(settled, attempt, upstream_seconds=elapsed)
 
     async def _fenced(self, work: Awaitable[Outcome], effect: Effect) -> Outcome:
-        """Run ``work``; losing a compare-and-swap means someone else owns the effect."""
+        """Run ``work``; losing a compare-and-swap means someone else owns the effect.
+        Either way the work on it is over for now: duplicates waiting here look again."""
         try:
             return await work
         except StaleVersion:
@@ -386,6 +419,15 @@ class Engine:
                 "being handled by another request or worker right now",
                 FENCED_RETRY,
             )
+        finally:
+            self.wiring.waiters.notify(effect.effect_id)
+
+    def _until_attempt_ends(self, lease_left: timedelta, contract: Contract) -> timedelta:
+        """When to come back to an effect in flight: when its attempt's timeout runs out,
+        counted from its start (the lease without the queue wait and the grace), not
+        when its lease does; a duplicate that comes back earlier waits again."""
+        margin = self.lease_for(contract) - contract.timeout
+        return max(DEFAULT_RETRY_AFTER, lease_left - margin)
 
     async def _take_over(self, effect: Effect, contract: Contract) -> Effect:
         """Its holder died mid-flight: the outcome is unknown, and now it is ours."""

@@ -10,10 +10,11 @@ import aiohttp
 
 from effect_broker.config.routes_config import RoutesConfig
 from effect_broker.crypto import Keyring
+from effect_broker.engine.ledger import Ledger
 from effect_broker.engine.protocol import TargetProtocol
 from effect_broker.engine.slots import UpstreamSlots
+from effect_broker.engine.waiters import Waiters
 from effect_broker.metrics import Metrics
-from effect_broker.store import Store
 
 
 @dataclass(frozen=True, slots=True)
@@ -21,7 +22,7 @@ class Wiring:
     """The ledger, the keys, the upstream client and the limits, built once."""
 
     config: RoutesConfig
-    store: Store
+    store: Ledger
     keyring: Keyring
     session: aiohttp.ClientSession
     injected: Mapping[str, Mapping[str, str]]  # route name -> resolved header values
@@ -30,6 +31,7 @@ class Wiring:
     lease_grace: timedelta
     slots: UpstreamSlots  # concurrent requests per route, and how long to queue
     reconciler_slots: UpstreamSlots  # the reconciler's own budget, apart from clients
+    waiters: Waiters  # duplicates waiting for effects in flight, process-wide
     # route name -> how its target's answers are judged and its key placed (MCP);
     # routes not named here are plain HTTP.
     protocols: Mapping[str, TargetProtocol] = field(default_factory=dict)

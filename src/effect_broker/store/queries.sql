@@ -195,6 +195,25 @@ SELECT moved.*, append_effect_event(
 ) IS NOT NULL AS event_written
 FROM moved;
 
+-- renew_lease --
+-- Extend the lease of an attempt still sending or streaming, only for its holder.
+WITH moved AS (
+    UPDATE effects SET
+        version = version + 1,
+        lease_expires_at = now() + $4::interval,
+        due_at = now() + $4::interval,
+        updated_at = now()
+    WHERE effect_id = $1 AND version = $2 AND status = 'dispatching'
+      AND lease_owner = $3
+    RETURNING effects.*
+)
+SELECT moved.*, append_effect_event(
+    moved.effect_id, moved.version, 'lease_renewed', 'dispatching', 'dispatching', $3,
+    jsonb_build_object('lease_seconds', extract(epoch FROM $4::interval)),
+    moved.updated_at
+) IS NOT NULL AS event_written
+FROM moved;
+
 -- claim_due --
 -- Lease up to $1 effects whose wake-up time has passed, skipping rows others hold.
 WITH due AS (
@@ -250,6 +269,12 @@ RETURNING e.route;
 -- get_effect --
 -- One effect of one tenant.
 SELECT * FROM effects WHERE tenant_id = $1 AND effect_id = $2;
+
+-- effect_versions --
+-- The versions of the effects duplicates wait on, and the database's time of the read.
+SELECT now() AS observed_at, e.effect_id, e.version
+FROM unnest($1::text[], $2::uuid[]) AS w (tenant_id, effect_id)
+JOIN effects AS e ON e.tenant_id = w.tenant_id AND e.effect_id = w.effect_id;
 
 -- get_effect_by_key --
 -- One effect of one tenant by its operation key.
@@ -333,6 +358,27 @@ SELECT route, status, count(*) AS effects, min(updated_at) AS oldest
 FROM effects
 WHERE status IN ('outcome_unknown', 'manual_review')
 GROUP BY route, status;
+
+-- recent_duplicate --
+-- The newest live effect on a route with the same request as a key new to the ledger.
+SELECT e.effect_id, e.operation_key, e.created_at
+FROM effects e
+WHERE e.tenant_id = $1 AND e.route = $2 AND e.request_hash = $3
+  AND e.created_at > now() - $5::interval
+  AND e.operation_key <> $4
+  -- one that failed for good did not happen: a new key is how it is tried again
+  AND e.status <> 'failed_final'
+  AND NOT EXISTS (
+      SELECT 1 FROM effects k WHERE k.tenant_id = $1 AND k.operation_key = $4)
+ORDER BY e.created_at DESC
+LIMIT 1;
+
+-- operation_key_usage --
+-- Per route, effects created in the last $1 and how many distinct requests they carry.
+SELECT route, count(*) AS effects, count(DISTINCT (tenant_id, request_hash)) AS requests
+FROM effects
+WHERE created_at > now() - $1::interval
+GROUP BY route;
 
 -- clock --
 -- The database's idea of now, to measure clock skew against leases.

@@ -6,34 +6,25 @@ tenants, and it carries no tenant in its labels.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from uuid import UUID
 
 import asyncpg
 
 from effect_broker.errors import EffectNotFound
-from effect_broker.models import Attempt, Effect, EffectEvent, EffectStatus, Receipt
+from effect_broker.models import (
+    Attempt,
+    EarlierEffect,
+    Effect,
+    EffectEvent,
+    EffectFilter,
+    EffectPage,
+    EffectStatus,
+    Receipt,
+)
 from effect_broker.store.rows import attempt_of, effect_of, event_of, receipt_of
 from effect_broker.store.sql import queries
 from effect_broker.store.translate import translated
-
-
-@dataclass(frozen=True, slots=True)
-class EffectFilter:
-    """What an operator may narrow a listing by; every field is optional."""
-
-    statuses: Sequence[EffectStatus] | None = None
-    route: str | None = None
-    operation_key_prefix: str | None = None
-    created_before: datetime | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class EffectPage:
-    effects: tuple[Effect, ...]
-    next_cursor: tuple[datetime, UUID] | None
 
 
 class LedgerReads:
@@ -55,12 +46,57 @@ class LedgerReads:
             for row in rows
         ]
 
+    async def recent_duplicate(
+        self,
+        tenant_id: str,
+        route: str,
+        request_hash: str,
+        operation_key: str,
+        window: timedelta,
+    ) -> EarlierEffect | None:
+        """The newest effect on ``route`` within ``window`` whose request equals this
+        one's, when ``operation_key`` is new to the ledger (a retry of a known key is
+        never a suspect)."""
+        async with translated():
+            row = await self._pool.fetchrow(
+                self._sql["recent_duplicate"],
+                tenant_id,
+                route,
+                request_hash,
+                operation_key,
+                window,
+            )
+        if row is None:
+            return None
+        return EarlierEffect(row["effect_id"], row["operation_key"], row["created_at"])
+
+    async def operation_key_usage(self, window: timedelta) -> list[tuple[str, int, int]]:
+        """(route, effects, distinct requests) of effects created within ``window``,
+        across tenants: for doctor's key-scope check, which names routes only."""
+        async with translated():
+            rows = await self._pool.fetch(self._sql["operation_key_usage"], window)
+        return [(row["route"], row["effects"], row["requests"]) for row in rows]
+
     async def get(self, tenant_id: str, effect_id: UUID) -> Effect:
         async with translated():
             row = await self._pool.fetchrow(self._sql["get_effect"], tenant_id, effect_id)
         if row is None:
             raise EffectNotFound()
         return effect_of(row)
+
+    async def effect_versions(
+        self, keys: list[tuple[str, UUID]]
+    ) -> tuple[datetime, dict[UUID, int]]:
+        """The current version of each (tenant, effect) given, and the database's time
+        of the read: what waiting duplicates poll for."""
+        tenants = [tenant for tenant, _ in keys]
+        ids = [effect_id for _, effect_id in keys]
+        async with translated():
+            rows = await self._pool.fetch(self._sql["effect_versions"], tenants, ids)
+            if not rows:
+                now: datetime = await self._pool.fetchval(self._sql["clock"])
+                return now, {}
+        return rows[0]["observed_at"], {row["effect_id"]: row["version"] for row in rows}
 
     async def get_by_key(self, tenant_id: str, operation_key: str) -> Effect | None:
         async with translated():

@@ -43,8 +43,7 @@ from effect_broker.errors import (
     InvalidResolution,
     StaleVersion,
 )
-from effect_broker.models import Effect
-from effect_broker.store import EffectFilter
+from effect_broker.models import Effect, EffectFilter
 
 PREFIX = "/console"
 CSS = "console.css"

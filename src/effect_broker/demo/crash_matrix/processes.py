@@ -14,7 +14,7 @@ import signal
 import sqlite3
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from contextlib import AsyncExitStack, suppress
+from contextlib import AsyncExitStack, closing, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
@@ -161,7 +161,7 @@ class Target:
             return count
 
         def count_sqlite() -> int:
-            with sqlite3.connect(self.db) as conn:
+            with closing(sqlite3.connect(self.db)) as conn:
                 (n,) = conn.execute(
                     "SELECT count(*) FROM charges WHERE order_id = ?", (ORDER_ID,)
                 ).fetchone()
@@ -180,6 +180,11 @@ class Target:
     async def withhold_next_answer(self) -> None:
         """Arm ``hang_after_commit``: the next charge commits and is never answered."""
         await self.arm("hang_after_commit")
+
+    async def stream_next_answer(self) -> None:
+        """Arm ``stream_after_commit``: the next charge commits, and its answer goes
+        out as a chunked stream that stops after half of its body."""
+        await self.arm("stream_after_commit")
 
     async def wait_for_charge(self) -> None:
         async def committed() -> bool | None:

@@ -26,6 +26,8 @@ PURE_MODULES = [
     "crypto.py",
     "engine/policy.py",
     "engine/outcomes.py",
+    "demo/explorer/schedule.py",
+    "demo/explorer/oracle.py",
 ]
 IO_MODULES = {"asyncpg", "aiohttp", "socket", "subprocess", "requests", "httpx"}
 
@@ -81,19 +83,21 @@ def _function_level_imports(path: Path) -> list[int]:
 
 def test_no_import_hides_in_a_function_or_behind_type_checking() -> None:
     """Such imports hide layer violations and cycles from a reader (import-linter still
-    sees them). The one exception: the CLI attaches its command groups lazily so that
-    ``effect-broker --help`` does not import the whole server."""
+    sees them). The exceptions: the CLI attaches its command groups lazily so that
+    ``effect-broker --help`` does not import the whole server, and the console script
+    imports the CLI only once it knows the server's libraries are installed."""
     offenders = {
         str(path.relative_to(PACKAGE)): lines
         for path in PACKAGE.rglob("*.py")
         if (lines := _function_level_imports(path))
-        and path.relative_to(PACKAGE) != Path("cli/__init__.py")
+        and path.relative_to(PACKAGE) not in {Path("cli/__init__.py"), Path("console.py")}
     }
     assert offenders == {}
 
 
 def _lint_imports(src: Path) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": str(src)}
+    # Wide enough that no refusal is wrapped mid-sentence, whatever the terminal.
+    env = {**os.environ, "PYTHONPATH": str(src), "COLUMNS": "300"}
     return subprocess.run(
         [str(LINT_IMPORTS), str(ROOT / "pyproject.toml"), "--no-cache"],
         cwd=src.parent,
@@ -140,3 +144,43 @@ def test_the_import_contracts_keep_the_demo_out_of_the_proxy(tmp_path: Path) -> 
     assert "effect_broker.proxy is not allowed to import effect_broker.demo" in (
         result.stdout
     )
+
+
+@pytest.mark.parametrize(
+    ("module", "violation", "refusal"),
+    [
+        (
+            "admin/app.py",
+            "import effect_broker.store",
+            "effect_broker.admin is not allowed to import effect_broker.store",
+        ),
+        (
+            "mcp/handler.py",
+            "import effect_broker.store.postgres",
+            "effect_broker.mcp is not allowed to import effect_broker.store",
+        ),
+        (
+            "engine/engine.py",
+            "import asyncpg",
+            "effect_broker.engine is not allowed to import asyncpg",
+        ),
+        (
+            "proxy/flow.py",
+            "import asyncpg",
+            "effect_broker.proxy is not allowed to import asyncpg",
+        ),
+    ],
+    ids=["admin->store", "mcp->store", "engine->asyncpg", "proxy->asyncpg"],
+)
+def test_the_ledger_contracts_refuse_a_deliberate_violation(
+    tmp_path: Path, module: str, violation: str, refusal: str
+) -> None:
+    src = tmp_path / "src"
+    shutil.copytree(PACKAGE, src / "effect_broker")
+    broken = src / "effect_broker" / module
+    broken.write_text(broken.read_text() + f"\n{violation}\n")
+
+    result = _lint_imports(src)
+
+    assert result.returncode == 1, result.stdout
+    assert refusal in result.stdout, result.stdout
