@@ -147,6 +147,7 @@ async def serve_until_stopped(
     | None = None,
     reconcile: bool = True,
     admin_token: SecretStr | None = None,
+    trace_url: str | None = None,
     edge: EdgeLimits | None = None,
     reuse_port: bool = False,
 ) -> None:
@@ -169,7 +170,9 @@ async def serve_until_stopped(
             await stack.enter_async_context(reconciling(state))
         admin_address = await start_site(
             stack,
-            build_admin_app(admin_state(state), admin_token=admin_token),
+            build_admin_app(
+                admin_state(state), admin_token=admin_token, trace_url=trace_url
+            ),
             admin_listen,
             reuse_port=reuse_port,
         )

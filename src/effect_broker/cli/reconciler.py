@@ -42,7 +42,11 @@ async def run_reconciler(settings: Settings) -> None:
             loop.add_signal_handler(signum, stop.set)
         host, port = await start_site(
             stack,
-            build_admin_app(admin_state(state), admin_token=settings.admin_token),
+            build_admin_app(
+                admin_state(state),
+                admin_token=settings.admin_token,
+                trace_url=settings.trace_url,
+            ),
             settings.admin_listen,
         )
         reconciler = Reconciler(state.engine)

@@ -157,6 +157,7 @@ async def run_proxy(
                 on_ready=ready,
                 reconcile=settings.reconciler,
                 admin_token=settings.admin_token,
+                trace_url=settings.trace_url,
                 edge=EdgeLimits.from_settings(settings),
                 reuse_port=reuse_port,
             )

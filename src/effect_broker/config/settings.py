@@ -43,6 +43,12 @@ class Settings(BaseSettings):
         "out: the first encrypts, every one decrypts. Instead of master_key.",
     )
     admin_token: SecretStr | None = Field(None, description="Bearer token for admin.")
+    trace_url: str | None = Field(
+        None,
+        description="Your trace UI's address for one trace, with {trace_id} in it "
+        "(e.g. https://jaeger.internal/trace/{trace_id}): the console links each "
+        "effect's trace id there.",
+    )
     ca_cert: Path | None = Field(
         None,
         description="The local CA certificate (PEM): with --ca-key, CONNECT to a host "

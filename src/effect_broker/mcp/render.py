@@ -238,10 +238,16 @@ def _operator(
     verdict = read_operator_receipt(receipt)
     if verdict.happened:
         message = "this tool call happened, as an operator confirmed: do not call again"
+    elif verdict.proven_absent:
+        message = (
+            "an operator proved this tool call did not happen; if it is still wanted, "
+            "you may call it again under a new operation key"
+        )
     else:
         message = (
-            "an operator resolved this tool call as failed: it did not happen; if it "
-            "is still wanted, call it under a new operation key"
+            "an operator abandoned this tool call without finding out whether it "
+            "happened: it may have happened. Calling it again under a new operation "
+            "key risks doing it twice, so check first"
         )
     return _error(
         ResolvedByOperator(f"{message}. The operator's reason: {verdict.reason}"),
