@@ -30,9 +30,7 @@ import contextlib
 import logging
 from datetime import timedelta
 
-from effect_broker.engine.engine import Engine
-from effect_broker.engine.owners import worker_name
-from effect_broker.engine.results import Busy
+from effect_broker.engine import Busy, Engine, worker_name
 from effect_broker.errors import EffectBrokerError
 from effect_broker.ratelimited_log import RateLimitedLog
 from effect_broker.tracing import links_to, tracer

@@ -19,13 +19,16 @@ from effect_broker.config.routes_config import RoutesConfig
 from effect_broker.config.routes_file import resolve_inject_headers
 from effect_broker.config.settings import Settings
 from effect_broker.crypto import Keyring
-from effect_broker.engine.engine import Engine
-from effect_broker.engine.owners import worker_name
-from effect_broker.engine.rekey import with_idempotency_root
-from effect_broker.engine.slots import UpstreamSlots
-from effect_broker.engine.upstream import client_session, upstream_tls
-from effect_broker.engine.waiters import Waiters
-from effect_broker.engine.wiring import Wiring
+from effect_broker.engine import (
+    Engine,
+    UpstreamSlots,
+    Waiters,
+    Wiring,
+    client_session,
+    upstream_tls,
+    with_idempotency_root,
+    worker_name,
+)
 from effect_broker.errors import MigrationError, TLSSetupError
 from effect_broker.mcp.answers import McpProtocol
 from effect_broker.mcp.handler import McpEndpoint

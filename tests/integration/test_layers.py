@@ -169,10 +169,27 @@ def test_the_import_contracts_keep_the_demo_out_of_the_proxy(tmp_path: Path) -> 
             "import asyncpg",
             "effect_broker.proxy is not allowed to import asyncpg",
         ),
+        (
+            "proxy/flow.py",
+            "import effect_broker.engine.dispatch",
+            "effect_broker.proxy is not allowed to import effect_broker.engine.dispatch",
+        ),
+        (
+            "admin/app.py",
+            "from effect_broker.engine.policy import decide",
+            "effect_broker.admin is not allowed to import effect_broker.engine.policy",
+        ),
     ],
-    ids=["admin->store", "mcp->store", "engine->asyncpg", "proxy->asyncpg"],
+    ids=[
+        "admin->store",
+        "mcp->store",
+        "engine->asyncpg",
+        "proxy->asyncpg",
+        "proxy->engine.dispatch",
+        "admin->engine.policy",
+    ],
 )
-def test_the_ledger_contracts_refuse_a_deliberate_violation(
+def test_the_port_contracts_refuse_a_deliberate_violation(
     tmp_path: Path, module: str, violation: str, refusal: str
 ) -> None:
     src = tmp_path / "src"

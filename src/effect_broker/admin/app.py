@@ -39,7 +39,7 @@ from effect_broker.admin.views import (
     page_view,
     receipt_view,
 )
-from effect_broker.engine.sealed import open_receipt
+from effect_broker.engine import open_receipt
 from effect_broker.errors import (
     BodyTooLarge,
     EffectBrokerError,

@@ -18,8 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from effect_broker.admin.state import AdminState
-from effect_broker.engine.messages import StoredRequest
-from effect_broker.engine.sealed import open_request
+from effect_broker.engine import StoredRequest, open_request
 from effect_broker.errors import DecryptionError
 from effect_broker.models import Effect
 

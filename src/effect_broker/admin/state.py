@@ -7,8 +7,7 @@ from dataclasses import dataclass
 from aiohttp import web
 
 from effect_broker.crypto import Keyring
-from effect_broker.engine.engine import Engine
-from effect_broker.engine.ledger import LedgerReader
+from effect_broker.engine import Engine, LedgerReader
 from effect_broker.metrics import Metrics
 from effect_broker.tenancy import TenantResolver
 

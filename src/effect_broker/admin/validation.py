@@ -27,7 +27,7 @@ from effect_broker.admin.requests import (
     ListQuery,
     Query,
 )
-from effect_broker.engine.resolution import (
+from effect_broker.engine import (
     DEPRECATED_ALIASES,
     Resolution,
     ResolutionRequest,

@@ -16,7 +16,7 @@ from uuid import UUID
 from effect_broker.admin import schemas
 from effect_broker.admin.redaction import ShownRequest
 from effect_broker.admin.requests import ListQuery
-from effect_broker.engine.messages import StoredResponse
+from effect_broker.engine import StoredResponse
 from effect_broker.history import HistoryState
 from effect_broker.models import (
     Attempt,

@@ -42,7 +42,7 @@ from effect_broker.config.routes_config import RoutesConfig
 from effect_broker.config.routes_file import load_routes, resolve_inject_headers
 from effect_broker.config.settings import Settings
 from effect_broker.crypto import Keyring
-from effect_broker.engine.upstream import tls_failure
+from effect_broker.engine import tls_failure
 from effect_broker.errors import EffectBrokerError
 from effect_broker.proxy.tls_ca import fingerprint
 from effect_broker.runtime import load_ca, upstream_tls_from

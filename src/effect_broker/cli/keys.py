@@ -19,7 +19,7 @@ from rich.table import Table
 from effect_broker.cli.options import DatabaseUrl, require_database, settings_from
 from effect_broker.config.settings import Settings
 from effect_broker.crypto import Keyring
-from effect_broker.engine.rekey import RotationReport, rotate
+from effect_broker.engine import RotationReport, rotate
 from effect_broker.errors import EffectBrokerError, MigrationError
 from effect_broker.store import Store
 from effect_broker.store.keys import RECEIPT, REQUEST, ROOT, KeyUsage

@@ -26,7 +26,7 @@ from effect_broker.conformance.verdicts import (
     ClaimResult,
     Verdict,
 )
-from effect_broker.engine.probe import ProbeResult, ProbeVerdict, run_probe
+from effect_broker.engine import ProbeResult, ProbeVerdict, run_probe
 
 POLL = 0.05  # seconds between looks while the bound runs
 MAX_PROBE_BODY = 1 << 20

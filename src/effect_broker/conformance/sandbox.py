@@ -19,7 +19,7 @@ import aiohttp
 from effect_broker.config.contracts import Route
 from effect_broker.config.paths import normalize_path
 from effect_broker.config.routes_file import resolve_inject_headers
-from effect_broker.engine.targets import base_url, upstream_url
+from effect_broker.engine import base_url, upstream_url
 
 DEFAULT_TIMEOUT = 30.0
 

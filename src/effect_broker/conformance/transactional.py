@@ -23,7 +23,7 @@ from effect_broker.conformance.verdicts import (
     ClaimResult,
     Verdict,
 )
-from effect_broker.engine.lookup import Finding, Kit, KitAnswer
+from effect_broker.engine import Finding, Kit, KitAnswer
 from effect_broker.target.protocol import ATTEMPT_KEY_HEADER, attempt_key
 
 MAX_KIT_BODY = 1 << 20

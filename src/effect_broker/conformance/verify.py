@@ -18,7 +18,7 @@ from effect_broker.conformance.verdicts import (
     Report,
     Verdict,
 )
-from effect_broker.engine.targets import well_known_origin
+from effect_broker.engine import well_known_origin
 from effect_broker.models import SafetyClass
 
 

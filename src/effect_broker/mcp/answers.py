@@ -25,9 +25,13 @@ import json
 from dataclasses import replace
 
 from effect_broker.config.contracts import Contract
-from effect_broker.engine.messages import StoredRequest, StoredResponse
-from effect_broker.engine.outcomes import status_after_answer
-from effect_broker.engine.protocol import COMPLETE, AnswerWatch
+from effect_broker.engine import (
+    COMPLETE,
+    AnswerWatch,
+    StoredRequest,
+    StoredResponse,
+    status_after_answer,
+)
 from effect_broker.mcp.jsonrpc import (
     INVALID_PARAMS,
     INVALID_REQUEST,

@@ -25,10 +25,7 @@ from aiohttp import web
 from effect_broker.canonical import request_hash
 from effect_broker.config.contracts import Route
 from effect_broker.config.paths import RequestPath
-from effect_broker.engine.engine import Engine, Intent
-from effect_broker.engine.messages import StoredRequest
-from effect_broker.engine.results import Outcome
-from effect_broker.engine.targets import upstream_url
+from effect_broker.engine import Engine, Intent, Outcome, StoredRequest, upstream_url
 from effect_broker.errors import (
     BodyTooLarge,
     EffectBrokerError,

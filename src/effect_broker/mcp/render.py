@@ -13,17 +13,17 @@ from typing import Any
 
 from aiohttp import web
 
-from effect_broker.engine.messages import StoredResponse
-from effect_broker.engine.resolution import read_operator_receipt
-from effect_broker.engine.results import (
+from effect_broker.engine import (
     Answered,
     Busy,
     Conflict,
     NotSent,
     Outcome,
     Replayed,
+    StoredResponse,
     Unknowable,
     Unknown,
+    read_operator_receipt,
 )
 from effect_broker.errors import (
     EffectBrokerError,

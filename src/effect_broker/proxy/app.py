@@ -17,7 +17,7 @@ from effect_broker.config.contracts import Route
 from effect_broker.config.paths import RequestPath, normalize_path, split_target
 from effect_broker.config.routing import is_mutating
 from effect_broker.dialects import translate
-from effect_broker.engine.targets import upstream_url
+from effect_broker.engine import upstream_url
 from effect_broker.errors import (
     BodyTooLarge,
     EffectBrokerError,

@@ -33,7 +33,7 @@ from effect_broker.config.hosts import (
     host_of_address,
     lookup_refusal,
 )
-from effect_broker.engine.upstream import one_try, upstream_tls
+from effect_broker.engine import one_try, upstream_tls
 from effect_broker.errors import EgressRefused, MalformedRequest
 from effect_broker.proxy.edge_input import printable
 

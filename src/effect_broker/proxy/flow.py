@@ -21,21 +21,22 @@ from opentelemetry.trace import SpanKind
 from effect_broker.canonical import canonical_body, canonical_query, request_hash
 from effect_broker.config.contracts import Contract, DuplicateGuard, Route
 from effect_broker.config.paths import RequestPath
-from effect_broker.engine.engine import Intent
-from effect_broker.engine.messages import StoredRequest, StoredResponse
-from effect_broker.engine.resolution import read_operator_receipt
-from effect_broker.engine.results import (
+from effect_broker.engine import (
+    STREAMED_HEADER,
     Answered,
     Busy,
     Conflict,
+    Intent,
     NotSent,
     Outcome,
     Replayed,
+    StoredRequest,
+    StoredResponse,
     Unknowable,
     Unknown,
+    read_operator_receipt,
+    upstream_url,
 )
-from effect_broker.engine.stream import STREAMED_HEADER
-from effect_broker.engine.targets import upstream_url
 from effect_broker.errors import (
     BodyTooLarge,
     EffectBrokerError,

@@ -19,8 +19,7 @@ import contextlib
 
 from aiohttp import web
 
-from effect_broker.engine.results import Answered
-from effect_broker.engine.stream import STREAMED_HEADER, Sink, StreamEnd
+from effect_broker.engine import STREAMED_HEADER, Answered, Sink, StreamEnd
 from effect_broker.problems import effect_headers
 
 # The streams running now: a task must be referenced until it ends (asyncio keeps weak

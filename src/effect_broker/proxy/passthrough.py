@@ -29,7 +29,7 @@ import aiohttp
 from aiohttp import web
 from yarl import URL
 
-from effect_broker.engine.upstream import tls_failure
+from effect_broker.engine import tls_failure
 from effect_broker.errors import (
     BodyTooLarge,
     MalformedRequest,

@@ -18,7 +18,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from effect_broker.engine.messages import StoredResponse
+from effect_broker.engine import StoredResponse
 from effect_broker.models import Effect, ReceiptSource
 
 ENTRY_OVERHEAD = 512  # rough bytes per entry beyond headers and body

@@ -12,8 +12,7 @@ from effect_broker.config.contracts import Route
 from effect_broker.config.paths import RequestPath
 from effect_broker.config.routes_config import RoutesConfig
 from effect_broker.crypto import Keyring
-from effect_broker.engine.engine import Engine
-from effect_broker.engine.ledger import LedgerReader
+from effect_broker.engine import Engine, LedgerReader
 from effect_broker.metrics import Metrics
 from effect_broker.proxy.egress import EgressGuard
 from effect_broker.proxy.host_check import HostCheck

@@ -27,7 +27,7 @@ from aiohttp import web
 from aiohttp.base_protocol import BaseProtocol
 from yarl import URL
 
-from effect_broker.engine.upstream import tls_failure
+from effect_broker.engine import tls_failure
 from effect_broker.errors import UpstreamTLS, UpstreamUnreachable
 from effect_broker.headers import HOP_BY_HOP, response_headers
 from effect_broker.problems import problem_response

@@ -35,8 +35,7 @@ from effect_broker.admin.state import ADMIN_STATE
 from effect_broker.admin.validation import parse_resolution_body
 from effect_broker.admin.views import GUARANTEES, trace_id_of
 from effect_broker.crypto import Keyring
-from effect_broker.engine.resolution import AWAITING_OPERATOR, permitted
-from effect_broker.engine.sealed import open_receipt
+from effect_broker.engine import AWAITING_OPERATOR, open_receipt, permitted
 from effect_broker.errors import (
     EffectBrokerError,
     EffectNotFound,

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from effect_broker.engine.resolution import CONSEQUENCES, Resolution
+from effect_broker.engine import CONSEQUENCES, Resolution
 from effect_broker.models import Attempt, Effect, EffectEvent, EffectStatus
 
 AWAITING = (EffectStatus.OUTCOME_UNKNOWN, EffectStatus.MANUAL_REVIEW)
