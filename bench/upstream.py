@@ -26,6 +26,9 @@ CHARGE = json.dumps(
 
 async def answer(request: web.Request) -> web.Response:
     await request.read()  # a real target reads the body before it answers
+    # A slow call on request (bench/duplicates.py): the seconds the work takes.
+    if delay := request.headers.get("X-Bench-Delay"):
+        await asyncio.sleep(float(delay))
     return web.Response(body=CHARGE, content_type="application/json")
 
 

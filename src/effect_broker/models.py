@@ -6,9 +6,9 @@ ledger goes through the store's compare-and-swap writes, never through a mutated
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
 from uuid import UUID
@@ -127,3 +127,27 @@ class Reservation:
     effect: Effect
     receipt: Receipt | None
     observed_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptTerms:
+    """The deadlines a first dispatch stamps on an effect (see ``Ledger.reserve``)."""
+
+    key_retention: timedelta | None = None
+    settlement_bound: timedelta | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class EffectFilter:
+    """What an operator may narrow a listing by; every field is optional."""
+
+    statuses: Sequence[EffectStatus] | None = None
+    route: str | None = None
+    operation_key_prefix: str | None = None
+    created_before: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class EffectPage:
+    effects: tuple[Effect, ...]
+    next_cursor: tuple[datetime, UUID] | None

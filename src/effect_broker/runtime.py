@@ -125,7 +125,11 @@ async def open_runtime(
                 metrics=metrics,
                 receipts=ReceiptCache(settings.receipt_cache_bytes),
                 ca=ca,
-                mcp=McpEndpoint(engine, max_request_bytes=settings.max_request_bytes),
+                mcp=McpEndpoint(
+                    engine,
+                    running_calls=store,
+                    max_request_bytes=settings.max_request_bytes,
+                ),
             )
     finally:
         await waiters.close()

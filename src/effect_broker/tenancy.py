@@ -16,9 +16,9 @@ import hmac
 import secrets
 import time
 from dataclasses import dataclass
+from typing import Protocol
 
 from effect_broker.errors import InvalidTenantName, ProxyAuthenticationRequired
-from effect_broker.store import Store
 
 KEY_PREFIX = "ebk"
 CACHE_SECONDS = 60.0
@@ -88,6 +88,12 @@ def parse_basic(header: str | None) -> tuple[str, str] | None:
     return (user, password) if sep else None
 
 
+class ApiKeys(Protocol):
+    """Where a gateway finds an API key's tenant and secret hash (the ledger)."""
+
+    async def api_key(self, key_id: str) -> tuple[str, bytes] | None: ...
+
+
 class TenantResolver:
     """Gateway mode: the tenant of each request's proxy credentials, cached briefly.
 
@@ -95,7 +101,7 @@ class TenantResolver:
     ``CACHE_SECONDS``.
     """
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: ApiKeys) -> None:
         self._store = store
         self._cache: dict[str, tuple[str, bytes, float]] = {}
 

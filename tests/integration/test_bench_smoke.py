@@ -128,3 +128,28 @@ def test_bench_runs_every_configuration_and_writes_results(
     # The table a person reads names every configuration and every goal.
     assert "effect-broker, new keys" in completed.stdout
     assert "added p50 at c=1" in completed.stdout
+
+
+@pytest.mark.timeout(300)
+def test_the_duplicate_bench_runs_and_every_duplicate_is_a_replay(
+    server_dsn: str,
+) -> None:
+    completed = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "bench.duplicates",
+            "--pairs",
+            "2",
+            "--database-url",
+            server_dsn,
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=280,
+    )
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    rows = [line for line in completed.stdout.splitlines() if "worker" in line]
+    assert len(rows) == 2, completed.stdout
+    assert all("2/2" in row for row in rows), completed.stdout

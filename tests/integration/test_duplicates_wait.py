@@ -155,3 +155,41 @@ async def test_prefer_wait_0_answers_409_at_once_with_the_attempts_end(
         assert 1 <= int(refused.headers["Retry-After"]) <= 5
         assert original[0].status == 201
         assert target.hits == 1
+
+
+async def test_duplicates_spread_over_two_workers_wait_for_the_first_answer(
+    database_url: str, tmp_path: Path
+) -> None:
+    """``serve --workers 2``: pairs of requests 100 ms apart, each on a fresh
+    connection so the kernel spreads them over both workers: every duplicate is a
+    replay answered with its first, one upstream call per key."""
+    from tests.integration.test_workers import serving  # its routes: /pay/v1/charges
+
+    target = SlowTarget()
+    async with (
+        serve_handler(target.handle) as upstream,
+        serving(database_url, tmp_path, upstream) as served,
+    ):
+
+        async def pair(n: int) -> tuple[tuple[Answer, float], tuple[Answer, float]]:
+            def send() -> asyncio.Future[tuple[Answer, float]]:
+                return asyncio.ensure_future(
+                    timed(
+                        post(
+                            f"{served.proxy}/pay/v1/charges",
+                            key=f"order-{n}:charge",
+                            body=charge(f"order-{n}"),
+                        )
+                    )
+                )
+
+            first = send()
+            await asyncio.sleep(0.1)
+            second = send()
+            return await first, await second
+
+        pairs = await asyncio.gather(*(pair(n) for n in range(6)))
+
+        for original, duplicate in pairs:
+            assert_replayed_with_the_first(original, duplicate, within=0.3)
+        assert target.hits == 6

@@ -93,7 +93,8 @@ def test_no_import_hides_in_a_function_or_behind_type_checking() -> None:
 
 
 def _lint_imports(src: Path) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": str(src)}
+    # Wide enough that no refusal is wrapped mid-sentence, whatever the terminal.
+    env = {**os.environ, "PYTHONPATH": str(src), "COLUMNS": "300"}
     return subprocess.run(
         [str(LINT_IMPORTS), str(ROOT / "pyproject.toml"), "--no-cache"],
         cwd=src.parent,
@@ -140,3 +141,43 @@ def test_the_import_contracts_keep_the_demo_out_of_the_proxy(tmp_path: Path) -> 
     assert "effect_broker.proxy is not allowed to import effect_broker.demo" in (
         result.stdout
     )
+
+
+@pytest.mark.parametrize(
+    ("module", "violation", "refusal"),
+    [
+        (
+            "admin/app.py",
+            "import effect_broker.store",
+            "effect_broker.admin is not allowed to import effect_broker.store",
+        ),
+        (
+            "mcp/handler.py",
+            "import effect_broker.store.postgres",
+            "effect_broker.mcp is not allowed to import effect_broker.store",
+        ),
+        (
+            "engine/engine.py",
+            "import asyncpg",
+            "effect_broker.engine is not allowed to import asyncpg",
+        ),
+        (
+            "proxy/flow.py",
+            "import asyncpg",
+            "effect_broker.proxy is not allowed to import asyncpg",
+        ),
+    ],
+    ids=["admin->store", "mcp->store", "engine->asyncpg", "proxy->asyncpg"],
+)
+def test_the_ledger_contracts_refuse_a_deliberate_violation(
+    tmp_path: Path, module: str, violation: str, refusal: str
+) -> None:
+    src = tmp_path / "src"
+    shutil.copytree(PACKAGE, src / "effect_broker")
+    broken = src / "effect_broker" / module
+    broken.write_text(broken.read_text() + f"\n{violation}\n")
+
+    result = _lint_imports(src)
+
+    assert result.returncode == 1, result.stdout
+    assert refusal in result.stdout, result.stdout

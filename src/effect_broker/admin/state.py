@@ -8,14 +8,14 @@ from aiohttp import web
 
 from effect_broker.crypto import Keyring
 from effect_broker.engine.engine import Engine
+from effect_broker.engine.ledger import LedgerReader
 from effect_broker.metrics import Metrics
-from effect_broker.store import Store
 from effect_broker.tenancy import TenantResolver
 
 
 @dataclass(frozen=True, slots=True)
 class AdminState:
-    store: Store  # reads: lists, inspections, receipts, readiness
+    store: LedgerReader  # reads: lists, inspections, receipts, readiness
     keyring: Keyring  # receipts are decrypted for their own tenant only
     engine: Engine  # every change: reconcile now, resolve
     metrics: Metrics

@@ -21,10 +21,10 @@ from effect_broker.models import (
     Attempt,
     Effect,
     EffectEvent,
+    EffectFilter,
     Receipt,
     SafetyClass,
 )
-from effect_broker.store import EffectFilter
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 

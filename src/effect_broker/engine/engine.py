@@ -51,12 +51,12 @@ from effect_broker.errors import (
     StoreUnavailable,
 )
 from effect_broker.models import (
+    AttemptTerms,
     Effect,
     EffectStatus,
     ReservationOutcome,
     SafetyClass,
 )
-from effect_broker.store import AttemptTerms
 
 log = logging.getLogger("effect_broker.engine")
 

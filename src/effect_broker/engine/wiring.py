@@ -10,11 +10,11 @@ import aiohttp
 
 from effect_broker.config.routes_config import RoutesConfig
 from effect_broker.crypto import Keyring
+from effect_broker.engine.ledger import Ledger
 from effect_broker.engine.protocol import TargetProtocol
 from effect_broker.engine.slots import UpstreamSlots
 from effect_broker.engine.waiters import Waiters
 from effect_broker.metrics import Metrics
-from effect_broker.store import Store
 
 
 @dataclass(frozen=True, slots=True)
@@ -22,7 +22,7 @@ class Wiring:
     """The ledger, the keys, the upstream client and the limits, built once."""
 
     config: RoutesConfig
-    store: Store
+    store: Ledger
     keyring: Keyring
     session: aiohttp.ClientSession
     injected: Mapping[str, Mapping[str, str]]  # route name -> resolved header values

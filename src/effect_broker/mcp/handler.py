@@ -16,7 +16,8 @@ import asyncio
 import logging
 from collections.abc import Mapping
 from datetime import timedelta
-from typing import Any
+from typing import Any, Protocol
+from uuid import UUID
 
 import aiohttp
 from aiohttp import web
@@ -68,11 +69,28 @@ log = logging.getLogger("effect_broker.mcp")
 SHARED_CALL_LEASES = 2
 
 
+class RunningCallsTable(Protocol):
+    """The ledger's table of recorded calls running on any worker (the store's)."""
+
+    async def begin_mcp_call(self, call_key: bytes, *, expires_in: timedelta) -> UUID: ...
+
+    async def end_mcp_call(self, running_id: UUID) -> None: ...
+
+    async def mcp_call_running(self, call_key: bytes) -> bool: ...
+
+
 class McpEndpoint:
     """Serves every MCP route of a proxy; one per process, built by the runtime."""
 
-    def __init__(self, engine: Engine, *, max_request_bytes: int) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        *,
+        running_calls: RunningCallsTable,
+        max_request_bytes: int,
+    ) -> None:
         self.engine = engine
+        self.running_calls = running_calls
         self.session: aiohttp.ClientSession = engine.wiring.session
         self.injected: Mapping[str, Mapping[str, str]] = engine.wiring.injected
         self.max_request_bytes = max_request_bytes
@@ -204,13 +222,12 @@ class McpEndpoint:
         """The engine's work on a call, noted in the ledger's table of running calls
         first (committed before the request may leave), so every worker withholds
         its cancellations; the row goes when the work ends, whatever the client did."""
-        store = self.engine.wiring.store
-        running_id = await store.begin_mcp_call(key, expires_in=expires_in)
+        running_id = await self.running_calls.begin_mcp_call(key, expires_in=expires_in)
         try:
             return await self.engine.submit(intent)
         finally:
             try:
-                await store.end_mcp_call(running_id)
+                await self.running_calls.end_mcp_call(running_id)
             except (StoreUnavailable, StoreError) as exc:
                 log.warning(
                     "a settled MCP call stays in the running-call table until it "
@@ -226,9 +243,8 @@ class McpEndpoint:
         call that was not recorded run to its end."""
         if self.in_flight.running(scope, request_id):
             return True
-        store = self.engine.wiring.store
         try:
-            return await store.mcp_call_running(call_key(scope, request_id))
+            return await self.running_calls.mcp_call_running(call_key(scope, request_id))
         except (StoreUnavailable, StoreError) as exc:
             log.warning(
                 "withheld a cancellation the ledger could not check (%s)", exc.message

@@ -13,11 +13,11 @@ from effect_broker.config.paths import RequestPath
 from effect_broker.config.routes_config import RoutesConfig
 from effect_broker.crypto import Keyring
 from effect_broker.engine.engine import Engine
+from effect_broker.engine.ledger import LedgerReader
 from effect_broker.metrics import Metrics
 from effect_broker.proxy.egress import EgressGuard
 from effect_broker.proxy.receipt_cache import ReceiptCache
 from effect_broker.proxy.tls_ca import CertificateAuthority
-from effect_broker.store import Store
 from effect_broker.tenancy import TenantResolver
 
 # Serves an MCP route's requests (request, route, tenant, normalised path); supplied by
@@ -30,7 +30,7 @@ McpHandler = Callable[
 @dataclass(frozen=True, slots=True)
 class ProxyState:
     config: RoutesConfig
-    store: Store  # reads only: the admin views, readiness; writes go through the engine
+    store: LedgerReader  # reads only (admin views, readiness); writes: the engine
     keyring: Keyring
     session: aiohttp.ClientSession  # pass-through only; effects use the engine's
     egress: (

@@ -21,6 +21,7 @@ from effect_broker.errors import (
     StaleVersion,
 )
 from effect_broker.models import (
+    AttemptTerms,
     Effect,
     EffectStatus,
     Receipt,
@@ -37,7 +38,6 @@ from effect_broker.store.rows import effect_of
 from effect_broker.store.running_calls import RunningCalls
 from effect_broker.store.translate import translated
 from effect_broker.store.write_requests import (
-    AttemptTerms,
     ReceiptRequest,
     ReserveRequest,
     StartRequest,

@@ -6,34 +6,24 @@ tenants, and it carries no tenant in its labels.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
 from datetime import datetime
 from uuid import UUID
 
 import asyncpg
 
 from effect_broker.errors import EffectNotFound
-from effect_broker.models import Attempt, Effect, EffectEvent, EffectStatus, Receipt
+from effect_broker.models import (
+    Attempt,
+    Effect,
+    EffectEvent,
+    EffectFilter,
+    EffectPage,
+    EffectStatus,
+    Receipt,
+)
 from effect_broker.store.rows import attempt_of, effect_of, event_of, receipt_of
 from effect_broker.store.sql import queries
 from effect_broker.store.translate import translated
-
-
-@dataclass(frozen=True, slots=True)
-class EffectFilter:
-    """What an operator may narrow a listing by; every field is optional."""
-
-    statuses: Sequence[EffectStatus] | None = None
-    route: str | None = None
-    operation_key_prefix: str | None = None
-    created_before: datetime | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class EffectPage:
-    effects: tuple[Effect, ...]
-    next_cursor: tuple[datetime, UUID] | None
 
 
 class LedgerReads:

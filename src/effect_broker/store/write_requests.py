@@ -12,15 +12,13 @@ from datetime import timedelta
 from typing import Any
 from uuid import UUID
 
-from effect_broker.models import Effect, EffectStatus, ReceiptSource, SafetyClass
-
-
-@dataclass(frozen=True, slots=True)
-class AttemptTerms:
-    """The deadlines a first dispatch stamps on an effect (see ``Store.reserve``)."""
-
-    key_retention: timedelta | None = None
-    settlement_bound: timedelta | None = None
+from effect_broker.models import (
+    AttemptTerms,
+    Effect,
+    EffectStatus,
+    ReceiptSource,
+    SafetyClass,
+)
 
 
 @dataclass(frozen=True, slots=True)
