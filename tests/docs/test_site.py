@@ -43,14 +43,13 @@ def test_the_site_builds_strictly(tmp_path: Path) -> None:
 
 
 def test_the_readme_is_a_landing_page() -> None:
-    """Short, with the two set-up lines CI runs exactly as written, pointing at docs/."""
+    """Short, opening with its two set-up lines (CI runs them as written: this test
+    leaves their exact text to CI), and pointing into docs/."""
     readme = (ROOT / "README.md").read_text()
     assert len(readme.splitlines()) <= 250
-    assert (
-        "python3 -m venv .venv && .venv/bin/pip install -e '.[embedded]' "
-        "&& .venv/bin/effect-broker up --demo\n"
-        "python3 -m venv .venv && .venv/bin/pip install -e '.[test]' "
-        "&& .venv/bin/pytest\n"
-    ) in readme
+    opening = readme.split("```sh\n", 1)[1].split("```", 1)[0].splitlines()
+    assert len(opening) == 2
+    assert opening[0].endswith("effect-broker up --demo")
+    assert opening[1].startswith("python3 -m venv") and "pytest" in opening[1]
     for page in ("docs/tutorial.md", "docs/architecture.md", "docs/decisions/index.md"):
         assert f"({page})" in readme, page
