@@ -26,6 +26,8 @@ PURE_MODULES = [
     "crypto.py",
     "engine/policy.py",
     "engine/outcomes.py",
+    "demo/explorer/schedule.py",
+    "demo/explorer/oracle.py",
 ]
 IO_MODULES = {"asyncpg", "aiohttp", "socket", "subprocess", "requests", "httpx"}
 

@@ -7,6 +7,7 @@ not only from a checkout.
 
 from __future__ import annotations
 
+import secrets
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -17,7 +18,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from effect_broker.demo import crash_matrix
+from effect_broker.demo import crash_matrix, explorer
 from effect_broker.embedded import embedded_postgres
 
 demo_app = typer.Typer(
@@ -103,3 +104,128 @@ def crash_matrix_command(
         return
     console.print(f"cell logs and ledger histories kept in {cells}", highlight=False)
     raise typer.Exit(1)
+
+
+@demo_app.command("explore")
+def explore_command(
+    minutes: Annotated[
+        float, typer.Option(min=0.0, help="keep starting rounds for this long")
+    ] = 2.0,
+    seed: Annotated[
+        int | None,
+        typer.Option(help="round n runs seed + n [default: a random seed, printed]"),
+    ] = None,
+    proxies: Annotated[
+        int, typer.Option(min=2, help="effect-broker serve processes on one ledger")
+    ] = 2,
+    agents: Annotated[int, typer.Option(min=1, help="concurrent agents")] = 8,
+    ops: Annotated[
+        int, typer.Option(min=1, help="operations per round")
+    ] = explorer.DEFAULT_OPS,
+    rounds: Annotated[
+        int | None, typer.Option(min=1, help="stop after this many rounds")
+    ] = None,
+    fault: Annotated[
+        list[str] | None,
+        typer.Option(help="only this fault kind (repeatable) [default: all]"),
+    ] = None,
+    within_lease: Annotated[
+        bool,
+        typer.Option(
+            "--within-lease",
+            help="leave out the faults that outlive a lease ("
+            + ", ".join(sorted(explorer.OUTLIVE_LEASE))
+            + ")",
+        ),
+    ] = False,
+    database_url: Annotated[
+        str | None,
+        typer.Option(
+            "--database-url",
+            help="a PostgreSQL server on which rounds may create and drop databases "
+            "(never restarted) [default: an embedded PostgreSQL of the run's own]",
+        ),
+    ] = None,
+    workdir: Annotated[
+        Path | None, typer.Option(help="keep every round's logs here")
+    ] = None,
+) -> None:
+    """Random faults from a seed against many agents and several proxies; an oracle
+    checks every operation key against the target's own table.
+
+    Exits 1 if any round breaks a promise; its seed and faults are printed to replay.
+    """
+    kinds = _known("fault", fault, explorer.FAULT_KINDS)
+    if within_lease:
+        kinds = [kind for kind in kinds if kind not in explorer.OUTLIVE_LEASE]
+    if database_url is not None and explorer.PG_RESTART in kinds:
+        kinds.remove(explorer.PG_RESTART)  # never restart a server the run was given
+    if not kinds:
+        raise typer.BadParameter("no fault kind left to draw from", param_hint="--fault")
+    first = seed if seed is not None else secrets.randbelow(1_000_000)
+    console = Console()
+    if not console.is_terminal:
+        console = Console(width=160)  # a log or a pipe: one line per round
+    scratch = Path(tempfile.mkdtemp(prefix="effect-broker-explore-"))
+    scratch.chmod(0o755)  # an embedded server may run as another user
+    logs = workdir or scratch / "rounds"
+    console.print(
+        f"seed {first}, {proxies} proxies, {agents} agents, {ops} ops a round, "
+        f"faults: {', '.join(kinds)} (each round's schedule follows from its seed; "
+        "the operating system's timing does not)",
+        highlight=False,
+        soft_wrap=True,
+    )
+    owned = None if database_url else explorer.OwnedPostgres(scratch / "postgres")
+    result: explorer.Exploration | None = None
+    try:
+        server = owned.start() if owned is not None else str(database_url)
+        result = explorer.explore(
+            server,
+            logs,
+            explorer.schedules(
+                first, proxies=proxies, agents=agents, kinds=kinds, ops=ops
+            ),
+            minutes=minutes,
+            rounds=rounds,
+            postgres=owned,
+            progress=lambda line: console.print(line, highlight=False, soft_wrap=True),
+        )
+    finally:
+        if owned is not None:
+            owned.cleanup()
+        if workdir is not None or (result is not None and result.ok):
+            shutil.rmtree(scratch, ignore_errors=True)  # logs elsewhere, or not needed
+    _report_exploration(console, result)
+    if not result.ok:
+        raise typer.Exit(1)
+
+
+def _report_exploration(console: Console, result: explorer.Exploration) -> None:
+    total = sum(len(r.schedule.keys) for r in result.rounds)
+    console.print(
+        f"{len(result.rounds)} rounds, {total} operations in {result.seconds:.0f}s: "
+        + ("no violation" if result.ok else f"{len(result.failed)} round(s) FAILED"),
+        highlight=False,
+    )
+    for failed in result.failed:
+        schedule = failed.schedule
+        faults = (
+            ""
+            if set(schedule.kinds) == set(explorer.FAULT_KINDS)
+            else "".join(f" --fault {kind}" for kind in schedule.kinds)
+        )
+        console.print(
+            f"[bold red]seed {schedule.seed} failed[/] (replay: --seed {schedule.seed} "
+            f"--rounds 1 --proxies {schedule.proxies} --agents {schedule.agents} "
+            f"--ops {len(schedule.keys)}{faults}); logs in {failed.directory}",
+            highlight=False,
+        )
+        for line in schedule.describe():
+            console.print(f"  fault {line}", highlight=False)
+        for violation in failed.verdict.violations[:20]:
+            console.print(f"  violation: {violation}", highlight=False)
+        if len(failed.verdict.violations) > 20:
+            console.print(
+                f"  ... {len(failed.verdict.violations) - 20} more", highlight=False
+            )

@@ -29,7 +29,7 @@ from effect_broker.cli.workers import parse_workers, supervise
 from effect_broker.config.routes_file import load_routes
 from effect_broker.config.settings import Settings
 from effect_broker.errors import EffectBrokerError
-from effect_broker.failpoints import ARMED
+from effect_broker.failpoints import PLANS
 from effect_broker.proxy.edge import EdgeLimits
 from effect_broker.runtime import open_runtime
 from effect_broker.server import serve_until_stopped
@@ -96,10 +96,11 @@ def event_loop_choice() -> str:
 
 
 def announce_failpoints() -> None:
-    if ARMED:
+    if PLANS:
+        armed = ", ".join(plan.describe(name) for name, plan in sorted(PLANS.items()))
         console.print(
-            f"[bold red]FAILPOINTS ARMED: {', '.join(sorted(ARMED))}. This process will "
-            "kill itself on purpose; never run it in production.[/]"
+            f"[bold red]FAILPOINTS ARMED: {armed}. This process will kill (exit) or "
+            "freeze (stop) itself on purpose; never run it in production.[/]"
         )
 
 
