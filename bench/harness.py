@@ -25,7 +25,7 @@ from typing import Any, Literal
 import aiohttp
 from yarl import URL
 
-from bench import ledger, reconcile, report, scale
+from bench import ledger, reconcile, report, scale, streams
 from bench.loadgen import (
     BODY,
     Generator,
@@ -74,8 +74,9 @@ CONFIGS = {
 #: Rounds the ledger-size measurement alternates between its two ledgers.
 SIZE_ROUNDS = 4
 #: Sections that are not load runs, selected with --configs like the configurations:
-#: ``reconcile`` is reconciliation latency (``bench.reconcile``), on processes of its own.
-SECTIONS = ("reconcile",)
+#: ``reconcile`` is reconciliation latency (``bench.reconcile``), ``streams`` the time to
+#: first byte of a recorded SSE stream (``bench.streams``), each on processes of its own.
+SECTIONS = ("reconcile", "streams")
 
 
 @dataclass
@@ -92,6 +93,7 @@ class Options:
     fill: int
     size_effects: int
     reconcile_effects: int
+    stream_samples: int
     generator: str
     database_url: str | None
     pg_overrides: dict[str, str]
@@ -193,6 +195,12 @@ def parse_args(argv: Sequence[str] | None) -> Options:
         help="effects per safety class whose answers are lost, for reconciliation "
         "latency (default 500, quick 50; 0 skips)",
     )
+    parser.add_argument(
+        "--stream-samples",
+        type=int,
+        help="requests of each kind (direct, new effect, replay) timed to their first "
+        "byte of an SSE stream (default 100, quick 20; 0 skips)",
+    )
     parser.add_argument("--generator", choices=["auto", "wrk", "python"], default="auto")
     parser.add_argument(
         "--database-url",
@@ -247,6 +255,7 @@ def parse_args(argv: Sequence[str] | None) -> Options:
         fill=_given(args.fill, 100_000 if quick else 1_000_000),
         size_effects=_given(args.size_effects, 500 if quick else 2000),
         reconcile_effects=_given(args.reconcile_effects, 50 if quick else 500),
+        stream_samples=_given(args.stream_samples, 20 if quick else 100),
         generator=args.generator,
         database_url=args.database_url,
         pg_overrides=overrides,
@@ -504,6 +513,15 @@ def run(options: Options) -> dict[str, Any]:
             reconciliation = reconcile.measure(
                 postgres, workdir, options.reconcile_effects, options.broker_command
             )
+        stream_ttfb = None
+        if "streams" in options.sections and options.stream_samples > 0:
+            say(
+                f"streams: time to first byte, {options.stream_samples} requests each "
+                "direct, new effect and replay"
+            )
+            stream_ttfb = streams.measure(
+                postgres, workdir, options.stream_samples, options.broker_command
+            )
         return report.build(
             machine=info,
             settings={
@@ -521,6 +539,7 @@ def run(options: Options) -> dict[str, Any]:
             },
             labels={config.name: config.label for config in configs},
             reconcile=reconciliation,
+            streams=stream_ttfb,
             **measured,
         )
 

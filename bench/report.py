@@ -32,6 +32,7 @@ GOALS: tuple[tuple[str, str, str, float], ...] = (
     ("added_p50_ms_c1", "added p50 at c=1, new effects", "<=", 1.5),
     ("rss_growth_pct", "RSS growth across the effects", "<", 20.0),
     ("ledger_size_ratio", "new effect p50 at c=1, full / empty ledger", "<=", 1.3),
+    ("stream_added_ttfb_ms", "recorded SSE stream TTFB - direct TTFB, ms", "<=", 3.0),
 )
 _RATIOS = {  # ratio key -> configuration compared with the bare proxy
     "new_vs_bare": "new",
@@ -125,6 +126,7 @@ def build(
     rss_by_process: Mapping[str, Any],
     scale: Mapping[str, Any] | None = None,
     reconcile: Mapping[str, Any] | None = None,
+    streams: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     results: dict[str, Any] = {}
     for (config, concurrency), measured in runs.items():
@@ -137,6 +139,7 @@ def build(
         **ratio,
         "rss_growth_pct": rss["growth_pct"] if rss else None,
         "ledger_size_ratio": size["p50_ratio"] if size else None,
+        "stream_added_ttfb_ms": streams["added_ms"] if streams else None,
     }
     goals = {
         key: {
@@ -155,6 +158,7 @@ def build(
         "rss": dict(rss) if rss else None,
         "scale": dict(scale) if scale else None,
         "reconcile": dict(reconcile) if reconcile else None,
+        "streams": dict(streams) if streams else None,
         "rss_by_process_kib": dict(rss_by_process),
         "goals": goals,
     }
@@ -261,6 +265,16 @@ def goals_table(report: Mapping[str, Any]) -> str:
                 else "not measured"
             )
             wanted = f"{_SYMBOL[comparison]} {target:g}"
+        elif key == "stream_added_ttfb_ms":
+            found = report.get("streams")
+            label = what
+            shown = (
+                f"{value:+.2f} ms ({found['new_vs_direct']:.2f}x direct; replay "
+                f"{found['replay_vs_direct']:.2f}x)"
+                if found and value is not None
+                else "not measured"
+            )
+            wanted = f"{_SYMBOL[comparison]} {target:g} ms"
         elif key == "added_p50_ms_c1":
             label = what
             shown = "-" if value is None else f"{value:+.2f} ms"
@@ -299,6 +313,35 @@ def scale_table(report: Mapping[str, Any]) -> str | None:
     ]
     headers = ["workers", "conc.", "new effects", "commits/effect", "statements/effect"]
     return table(headers, rows, "rrrrr")
+
+
+def streams_table(report: Mapping[str, Any]) -> str | None:
+    """Time to first byte of a recorded SSE stream, each kind against direct."""
+    found = report.get("streams")
+    if not found:
+        return None
+    p50 = found["ttfb_p50_ms"]
+    labels = {
+        "direct": "direct to upstream",
+        "new": "effect-broker, new effect",
+        "replay": "effect-broker, replay",
+    }
+    rows = [
+        [
+            labels[kind],
+            _num(p50[kind], ".2f"),
+            _num(p50[kind] / p50["direct"], ".2f") + "x",
+            _num(p50[kind] - p50["direct"], ".2f", signed=True),
+        ]
+        for kind in ("direct", "new", "replay")
+    ]
+    headers = [
+        f"SSE stream, {found['events']} events ({found['samples']} each)",
+        "TTFB p50 ms",
+        "vs direct",
+        "added ms",
+    ]
+    return table(headers, rows, "lrrr")
 
 
 def reconcile_table(report: Mapping[str, Any]) -> str | None:
@@ -462,6 +505,7 @@ def render(report: Mapping[str, Any]) -> str:
         *(load if report["results"] else []),  # a run of other sections only
         *([extra, ""] if (extra := scale_table(report)) else []),
         *([extra, ""] if (extra := reconcile_table(report)) else []),
+        *([extra, ""] if (extra := streams_table(report)) else []),
         *(f"- {line}" for line in notes(report)),
     ]
     return "\n".join(parts)

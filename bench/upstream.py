@@ -1,5 +1,7 @@
 """The upstream every configuration ends at: answers any request with a small JSON
 charge, as cheaply as aiohttp allows, so the bench measures the proxies, not the target.
+A path ending in ``/stream`` gets an SSE stream of ``STREAM_EVENTS`` events instead,
+``EVENT_GAP`` seconds apart, the first at once (``bench.streams``).
 
 Run alone: ``python -m bench.upstream`` (prints ``listening on http://127.0.0.1:PORT``).
 """
@@ -24,12 +26,30 @@ CHARGE = json.dumps(
 ).encode()
 
 
-async def answer(request: web.Request) -> web.Response:
+STREAM_EVENTS = 20
+EVENT_GAP = 0.005
+
+
+async def answer(request: web.Request) -> web.StreamResponse:
     await request.read()  # a real target reads the body before it answers
     # A slow call on request (bench/duplicates.py): the seconds the work takes.
     if delay := request.headers.get("X-Bench-Delay"):
         await asyncio.sleep(float(delay))
+    if request.path.endswith("/stream"):
+        return await stream(request)
     return web.Response(body=CHARGE, content_type="application/json")
+
+
+async def stream(request: web.Request) -> web.StreamResponse:
+    """An LLM-style SSE answer: no Content-Length, events as they are "generated"."""
+    out = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+    await out.prepare(request)
+    for number in range(STREAM_EVENTS):
+        if number:
+            await asyncio.sleep(EVENT_GAP)
+        await out.write(f'id: {number}\ndata: {{"token": {number}}}\n\n'.encode())
+    await out.write_eof()
+    return out
 
 
 def build_app() -> web.Application:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 PROBLEM_TYPE_BASE = "https://effect-broker.dev/problems/"
@@ -46,6 +47,13 @@ class PayloadMismatch(EffectBrokerError):
 
     problem_type = "payload-mismatch"
     status = 422
+
+
+class SuspectedDuplicate(EffectBrokerError):
+    """A new Operation-Key with the same payload as a recent effect on this route."""
+
+    problem_type = "suspected-duplicate"
+    status = 409
 
 
 class MissingOperationKey(EffectBrokerError):
@@ -194,6 +202,18 @@ class ProxyAuthenticationRequired(EffectBrokerError):
 
     problem_type = "proxy-authentication-required"
     status = 407
+
+
+class TooManyFailedCredentials(EffectBrokerError):
+    """Too many wrong credentials from this address; wait for the Retry-After delay."""
+
+    problem_type = "too-many-failed-credentials"
+    status = 429
+    retry_helps = True
+
+    def __init__(self, message: str, retry_after: timedelta) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
 
 
 class ResolvedByOperator(EffectBrokerError):

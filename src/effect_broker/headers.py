@@ -26,6 +26,27 @@ HOP_BY_HOP = frozenset(
 
 Headers = list[tuple[str, str]]
 
+# RFC 9110 section 11: credentials are a token68 (letters, digits, -._~+/ and trailing =)
+# or auth-params; either way visible ASCII.
+_VISIBLE_ASCII = frozenset(chr(code) for code in range(0x21, 0x7F))
+
+
+def credentials(value: str | None, scheme: str) -> str | None:
+    """The credentials of an ``Authorization``-style header using ``scheme``, else None.
+
+    Credentials are visible ASCII, so a value with anything else is no credential: the
+    caller answers 401/407 as for a missing one. Checked here, before any decoding or
+    hashing, because aiohttp hands undecodable header bytes over as lone surrogates and
+    every later ``encode`` or base64 step would raise on them.
+    """
+    if not value:
+        return None
+    written, _, rest = value.partition(" ")
+    rest = rest.strip()
+    if written.lower() != scheme.lower() or not rest:
+        return None
+    return rest if _VISIBLE_ASCII.issuperset(rest) else None
+
 
 def _connection_tokens(headers: Iterable[tuple[str, str]]) -> set[str]:
     """Headers named in ``Connection`` are hop-by-hop for this message too."""
@@ -43,6 +64,13 @@ def end_to_end(headers: Iterable[tuple[str, str]]) -> Headers:
     return [(name, value) for name, value in pairs if name.lower() not in drop]
 
 
+#: A client's declaration that a request repeating a recent payload under a new
+#: operation key is meant (a second, equal order): the duplicate guard lets it through.
+#: The proxy's own header: never forwarded.
+REPEAT_HEADER = "Effect-Repeat"
+REPEAT_INTENTIONAL = "intentional"
+
+
 def upstream_request_headers(
     incoming: Iterable[tuple[str, str]],
     *,
@@ -56,7 +84,12 @@ def upstream_request_headers(
     ``Host`` and ``Content-Length`` are left to the HTTP client, which derives them from
     the upstream URL and the unchanged body bytes.
     """
-    replaced = {operation_key_header.lower(), "host", "content-length"}
+    replaced = {
+        operation_key_header.lower(),
+        REPEAT_HEADER.lower(),
+        "host",
+        "content-length",
+    }
     replaced.update(name.lower() for name in inject)
     if downstream_header is not None:
         replaced.add(downstream_header.lower())
@@ -109,7 +142,9 @@ def preferred_wait(prefer_values: Iterable[str]) -> float | None:
             if name.strip().lower() != "wait":
                 continue
             number = rest.partition(";")[0].strip().strip('"')
-            if number.isdigit():
+            # ASCII digits only (RFC 9110 DIGIT): str.isdigit() also takes "²",
+            # which float() refuses.
+            if number.isascii() and number.isdigit():
                 return min(float(number), MAX_PREFERRED_WAIT)
             return None
     return None

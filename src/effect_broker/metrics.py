@@ -90,6 +90,13 @@ class Metrics:
             ["route"],
             registry=self.registry,
         )
+        self.suspected_duplicates = Counter(
+            "effect_broker_suspected_duplicates",
+            "New operation keys whose payload equals a recent effect's on the same "
+            "route (a key minted per retry?), by the contract's action (warn, hold).",
+            ["route", "action"],
+            registry=self.registry,
+        )
         self.replays = Counter(
             "effect_broker_replays",
             "Stored receipts given back instead of a new dispatch.",

@@ -151,3 +151,13 @@ class EffectFilter:
 class EffectPage:
     effects: tuple[Effect, ...]
     next_cursor: tuple[datetime, UUID] | None
+
+
+@dataclass(frozen=True, slots=True)
+class EarlierEffect:
+    """A recent effect with the same request as a new operation key: maybe the same
+    intent under a key minted fresh."""
+
+    effect_id: UUID
+    operation_key: str
+    created_at: datetime

@@ -10,23 +10,35 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 
 
 class RateLimitedLog:
-    """Log through ``logger`` at most once per ``interval`` seconds for each cause."""
+    """Log through ``logger`` at most once per ``interval`` seconds for each cause.
+
+    A cause must be something the client cannot multiply (a reason, a route), never a
+    host or a header it writes; and the state is bounded anyway: past ``max_causes``
+    the cause seen least recently is forgotten (its next line then comes through).
+    """
 
     def __init__(
         self,
         logger: logging.Logger,
         interval: float = 10.0,
         clock: Callable[[], float] = time.monotonic,
+        max_causes: int = 256,
     ) -> None:
         self._logger = logger
         self._interval = interval
         self._clock = clock
-        self._next: dict[str, float] = {}
-        self._suppressed: dict[str, int] = {}
+        self._max_causes = max_causes
+        # cause -> [when its next line may be written, lines suppressed since the last]
+        self._causes: OrderedDict[str, list[float]] = OrderedDict()
+
+    def __len__(self) -> int:
+        """How many causes are remembered."""
+        return len(self._causes)
 
     def log(
         self,
@@ -42,11 +54,19 @@ class RateLimitedLog:
         Returns whether a line was written.
         """
         now = self._clock()
-        if now < self._next.get(cause, float("-inf")):
-            self._suppressed[cause] = self._suppressed.get(cause, 0) + 1
-            return False
-        self._next[cause] = now + self._interval
-        held = self._suppressed.pop(cause, 0)
+        state = self._causes.get(cause)
+        if state is not None:
+            self._causes.move_to_end(cause)
+            if now < state[0]:
+                state[1] += 1
+                return False
+            held = int(state[1])
+            state[:] = [now + self._interval, 0]
+        else:
+            held = 0
+            self._causes[cause] = [now + self._interval, 0]
+            if len(self._causes) > self._max_causes:
+                self._causes.popitem(last=False)
         if held:
             message += " (%d similar lines suppressed in the last %.0f s)"
             args = (*args, held, self._interval)

@@ -34,9 +34,11 @@ from effect_broker.engine.engine import Engine
 from effect_broker.engine.owners import worker_name
 from effect_broker.engine.results import Busy
 from effect_broker.errors import EffectBrokerError
+from effect_broker.ratelimited_log import RateLimitedLog
 from effect_broker.tracing import links_to, tracer
 
 log = logging.getLogger("effect_broker.reconciler")
+quiet = RateLimitedLog(log)
 
 LEASE = timedelta(seconds=30)
 
@@ -75,7 +77,12 @@ class Reconciler:
                     next_prune = loop.time() + self.prune_seconds
                     await self.prune_once()
             except EffectBrokerError as exc:
-                log.warning("reconciler pass failed: %s", exc.message)
+                # Every idle second fails the same way while the ledger is down.
+                quiet.warning(
+                    f"pass:{type(exc).__name__}",
+                    "reconciler pass failed: %s",
+                    exc.message,
+                )
                 settled = 0
             if settled == 0:
                 with contextlib.suppress(TimeoutError):

@@ -1,8 +1,9 @@
 """The crash matrix, once per test run: the proof that the documented claims hold.
 
 Real processes (the demo payment target, ``effect-broker serve``), killed at every
-failpoint, SIGKILLed in flight, frozen past their lease, raced by ten agents, and a naive
-client without the proxy; every cell on a database of its own on the session's server.
+failpoint, SIGKILLed in flight and mid-stream, frozen past their lease, raced by ten
+agents, and a naive client without the proxy; every cell on a database of its own on the
+session's server.
 The runner judges each cell; this test also pins the rows a reader looks at first, so a
 change in the rules themselves cannot quietly make the matrix weaker.
 """
@@ -20,7 +21,7 @@ pytestmark = pytest.mark.postgres
 
 @pytest.fixture(scope="module")
 def matrix(server_dsn: str, tmp_path_factory: pytest.TempPathFactory) -> Any:
-    """One full run, shared by every assertion below (46 cells, four at a time)."""
+    """One full run, shared by every assertion below (50 cells, four at a time)."""
     return runner.run_matrix(
         server_dsn,
         tmp_path_factory.mktemp("crash-matrix"),

@@ -1,6 +1,7 @@
 """The bench harness end to end in its smallest mode: every configuration once, at
-concurrency 1, 200 requests each, and reconciliation latency with 3 lost effects per
-safety class, against the test PostgreSQL server.
+concurrency 1, 200 requests each, reconciliation latency with 3 lost effects per
+safety class, and a recorded SSE stream's time to first byte from 5 requests of each
+kind, against the test PostgreSQL server.
 
 Shape only: the speed goals are benchmarks (``python bench/run.py``), never timed tests.
 """
@@ -54,6 +55,8 @@ def test_bench_runs_every_configuration_and_writes_results(
             "50",
             "--reconcile-effects",
             "3",
+            "--stream-samples",
+            "5",
             "--output",
             str(output),
         ],
@@ -99,6 +102,7 @@ def test_bench_runs_every_configuration_and_writes_results(
         "added_p50_ms_c1",
         "rss_growth_pct",
         "ledger_size_ratio",
+        "stream_added_ttfb_ms",
     }
     scale = results["scale"]
     assert set(scale["commits"]) == {"1/1", "1/64", "2/1", "2/64"}
@@ -125,6 +129,12 @@ def test_bench_runs_every_configuration_and_writes_results(
             spread = one["from_dispatch"]
             assert 0 < spread["p50_s"] <= spread["max_s"], (safety, spread)
     assert "stays outcome_unknown (by design): 3" in completed.stdout
+    streams = results["streams"]
+    assert streams["samples"] == 5 and streams["events"] == 20
+    for kind in ("direct", "new", "replay"):
+        assert _positive(streams["ttfb_p50_ms"][kind]), (kind, streams)
+    assert _positive(streams["new_vs_direct"]) and _positive(streams["replay_vs_direct"])
+    assert "effect-broker, replay" in completed.stdout
     # The table a person reads names every configuration and every goal.
     assert "effect-broker, new keys" in completed.stdout
     assert "added p50 at c=1" in completed.stdout

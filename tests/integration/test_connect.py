@@ -113,3 +113,50 @@ async def test_plain_requests_still_reach_aiohttp_after_the_first_bytes(
     assert b" 400 Bad Request" in answer
     assert b"application/problem+json" in answer
     assert b"BadHttpMethod" in answer
+
+
+async def test_a_host_that_cannot_be_idna_encoded_is_a_400_not_a_hang(
+    broker: Broker, database_url: str
+) -> None:
+    """Such a name once raised UnicodeError in the tunnel's resolver call, which no
+    handler caught: the client waited forever on an open connection."""
+    for host in (b"a" + b"\xe9" * 64 + b".test", b"\xe9..test", b"\xff" * 70):
+        head, reader, writer = await connect_bytes(broker, host + b":443")
+        try:
+            body = await asyncio.wait_for(reader.read(), 10)
+        finally:
+            writer.close()
+        assert head.startswith(b"HTTP/1.1 400"), (host, head)
+        problem = json.loads(body)
+        assert problem["type"] == PROBLEMS + "malformed-request"
+        assert "host name" in problem["detail"]
+    assert await ledger_rows(database_url) == []
+
+
+async def connect_bytes(
+    broker: Broker, authority: bytes
+) -> tuple[bytes, asyncio.StreamReader, asyncio.StreamWriter]:
+    """``connect`` for an authority no text encoding gives (raw bytes)."""
+    reader, writer = await asyncio.open_connection(*address(broker.proxy_url))
+    writer.write(b"CONNECT " + authority + b" HTTP/1.1\r\nHost: x\r\n\r\n")
+    await writer.drain()
+    head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
+    return head, reader, writer
+
+
+async def test_a_pass_through_host_that_cannot_be_idna_encoded_is_a_4xx(
+    broker: Broker,
+) -> None:
+    for host in (b"a" + b"\xc3\xa9" * 64 + b".test", b"a..test", b"x" * 70 + b".test"):
+        reader, writer = await asyncio.open_connection(*address(broker.proxy_url))
+        try:
+            writer.write(
+                b"GET http://" + host + b"/x HTTP/1.1\r\nHost: " + host + b"\r\n"
+                b"Connection: close\r\n\r\n"
+            )
+            answer = await asyncio.wait_for(reader.read(), 10)
+        finally:
+            writer.close()
+        status = int(answer.split(b" ", 2)[1])
+        assert 400 <= status < 500, (host, answer)
+        assert b"application/problem+json" in answer

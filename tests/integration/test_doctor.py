@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 from pathlib import Path
 
@@ -18,9 +19,14 @@ ROOT_ROUTES = Path(__file__).resolve().parents[2] / "routes.yaml"
 
 
 async def run_doctor(
-    database_url: str, master_key: str | None, data_dir: Path | None = None
+    database_url: str,
+    master_key: str | None,
+    data_dir: Path | None = None,
+    admin_listen: str = "127.0.0.1:9",
 ) -> Result:
-    """``doctor`` with ``master_key`` as the shell's (None: unset) and up's data dir."""
+    """``doctor`` with ``master_key`` as the shell's (None: unset) and up's data dir;
+    ``admin_listen`` is where it looks for a running proxy's metrics (by default a port
+    where nothing listens, so another proxy on this machine cannot answer)."""
     _register()
     argv = ["doctor", "--database-url", database_url, "--routes", str(ROOT_ROUTES)]
     if data_dir is not None:
@@ -32,6 +38,7 @@ async def run_doctor(
         env={
             "EFFECT_BROKER_MASTER_KEY": master_key,
             "EFFECT_BROKER_DATA_DIR": None,
+            "EFFECT_BROKER_ADMIN_LISTEN": admin_listen,
             "COLUMNS": "1000",
         },
     )
@@ -166,3 +173,78 @@ async def test_a_fresh_ledger_without_a_key_is_told_how_to_make_one(
 
     assert result.exit_code == 1
     assert "EFFECT_BROKER_MASTER_KEY is not set. Create one with" in flat(result)
+
+
+async def test_a_route_whose_keys_look_minted_per_call_is_named(
+    database_url: str, master_key: str, tmp_path: Path
+) -> None:
+    """A client that makes up a key per call: twelve equal charges, twelve keys."""
+    from tests.integration.harness import request, running_broker
+
+    async with running_broker(database_url, tmp_path, master_key=master_key) as broker:
+        for n in range(12):
+            answer = await request(
+                "POST",
+                f"{broker.proxy_url}/payments/v1/charges",
+                headers={
+                    "Operation-Key": f"fresh-{n}",
+                    "Content-Type": "application/json",
+                },
+                data=b'{"amount": 100, "currency": "usd", "order_id": "order-7"}',
+            )
+            assert answer.status == 201
+        honest = await request(
+            "POST",
+            f"{broker.proxy_url}/email/v1/charges",
+            headers={"Operation-Key": "welcome:1", "Content-Type": "application/json"},
+            data=b'{"amount": 1, "currency": "usd", "order_id": "order-8"}',
+        )
+        assert honest.status == 201
+
+    result = await run_doctor(database_url, master_key)
+
+    assert result.exit_code == 0, result.output  # a warning, not a failed gate
+    text = flat(result)
+    assert re.search(r"key scope\W+warning", text), text
+    assert "route payments: 11 of 12 effects" in text
+    assert "route email" not in text
+
+
+async def test_key_scope_is_quiet_on_a_healthy_ledger(
+    database_url: str, master_key: str
+) -> None:
+    result = await run_doctor(database_url, master_key)
+    assert "no route's keys look minted per call" in flat(result)
+    assert "stuck keys not checked: no proxy metrics at 127.0.0.1:9" in flat(result)
+
+
+async def test_a_key_stuck_in_default_headers_is_named(
+    database_url: str, master_key: str, tmp_path: Path
+) -> None:
+    """One key on every call, as an SDK's default headers would send it: the first
+    charge is made, every later one is refused 422 and counted by the proxy."""
+    from tests.integration.harness import request, running_broker
+
+    async with running_broker(database_url, tmp_path, master_key=master_key) as broker:
+        statuses = []
+        for amount in range(100, 112):
+            answer = await request(
+                "POST",
+                f"{broker.proxy_url}/payments/v1/charges",
+                headers={
+                    "Operation-Key": "sdk-default",
+                    "Content-Type": "application/json",
+                },
+                data=json.dumps(
+                    {"amount": amount, "currency": "usd", "order_id": "o"}
+                ).encode(),
+            )
+            statuses.append(answer.status)
+        listen = broker.admin_url.removeprefix("http://")
+        result = await run_doctor(database_url, master_key, admin_listen=listen)
+
+    assert statuses == [201] + [422] * 11
+    assert result.exit_code == 0, result.output
+    text = flat(result)
+    assert "route payments: 11 requests reused an operation key" in text
+    assert "against 1 effects made" in text

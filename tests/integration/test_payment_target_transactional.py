@@ -246,6 +246,7 @@ async def test_holds_exist_only_in_transactional_mode(
     assert await (await client.get("/_faults")).json() == {
         "hang_after_commit": 0,
         "fail_before_commit": 0,
+        "stream_after_commit": 0,
     }
     assert (await client.post(PATH, json=CHARGE)).status == 404
 

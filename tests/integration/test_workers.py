@@ -96,6 +96,7 @@ async def serving(
     workers: str = "2",
     *,
     routes_text: str | None = None,
+    settings: dict[str, str] | None = None,
 ) -> AsyncIterator[Served]:
     """``serve --workers``; its routes are ``routes_text`` when given, else one plain
     HTTP route to ``upstream``."""
@@ -109,6 +110,7 @@ async def serving(
         "EFFECT_BROKER_LISTEN": "127.0.0.1:0",
         "EFFECT_BROKER_ADMIN_LISTEN": "127.0.0.1:0",
         "COLUMNS": "400",
+        **(settings or {}),
     }
     env.pop("PROMETHEUS_MULTIPROC_DIR", None)
     process = await asyncio.create_subprocess_exec(
@@ -139,15 +141,17 @@ async def serving(
             assert process.returncode is None, served.stderr
             return len(served.workers) == int(workers)
 
-        await until("two worker start lines", ready)
+        await until("a start line from each worker", ready)
         yield served
     finally:
         if process.returncode is None:
             process.kill()
-            await process.wait()
+        # Before waiting: asyncio's wait() also waits for the stderr pipe, which a
+        # worker left behind (a paused one, say) would hold open for ever.
         for pid in served.workers:
             if alive(pid):
                 os.kill(pid, signal.SIGKILL)
+        await asyncio.wait_for(process.wait(), DEADLINE)
         await asyncio.wait_for(reader, DEADLINE)
 
 
@@ -270,6 +274,59 @@ async def test_a_worker_killed_stops_the_others_and_the_supervisor_fails(
     assert f"worker {index}/2 (pid {victim}) killed by SIGKILL unexpectedly" in (
         served.stderr
     )
+
+
+async def test_a_paused_worker_is_killed_and_restarted_once_its_heartbeat_stops(
+    database_url: str, tmp_path: Path
+) -> None:
+    target = Upstream()
+    async with (
+        serve_handler(target.handle) as upstream,
+        serving(
+            database_url,
+            tmp_path,
+            upstream,
+            settings={"EFFECT_BROKER_WORKER_HEARTBEAT_TIMEOUT": "2s"},
+        ) as served,
+    ):
+        paused, other = sorted(served.workers)
+        index = served.workers[paused]
+        os.kill(paused, signal.SIGSTOP)  # the process stays, its loop stops
+
+        async def replaced() -> bool:
+            assert served.process.returncode is None, served.stderr
+            return len(served.workers) == 3 and not alive(paused)
+
+        await until("the paused worker killed and a new one started", replaced)
+        [fresh] = set(served.workers) - {paused, other}
+        assert served.workers[fresh] == index
+        assert alive(other)
+        silent = [line for line in served.lines if "sent no heartbeat" in line]
+        assert len(silent) == 1, served.stderr
+        assert f"worker {index}/2 (pid {paused})" in silent[0]
+        assert "restarted" in silent[0]
+
+        # Both workers serve: each answers /healthz, new effects still go through.
+        answered: set[int] = set()
+
+        async def both_answer() -> bool:
+            answer = await request("GET", f"{served.admin}/healthz")
+            answered.add(answer.json["pid"])
+            return answered == {fresh, other}
+
+        await until("/healthz from the new worker and the other", both_answer)
+        for n in range(4):
+            answer = await request(
+                "POST",
+                f"{served.proxy}/pay/v1/charges",
+                headers={**CHARGE, "Operation-Key": f"after-{n}"},
+                data=b'{"amount": 1}',
+            )
+            assert answer.status == 201, answer
+
+        served.process.send_signal(signal.SIGTERM)
+        assert await served.exit_code() == 0, served.stderr
+    assert len([line for line in served.lines if "sent no heartbeat" in line]) == 1
 
 
 async def test_a_killed_supervisor_leaves_no_worker_serving(

@@ -56,6 +56,7 @@ def test_the_alerts_cover_the_operational_questions() -> None:
         "effect_broker_store_unavailable_total",
         "effect_broker_reconciler_last_pass_timestamp_seconds",
         "effect_broker_payload_conflicts_total",
+        "effect_broker_suspected_duplicates_total",
     }
 
 

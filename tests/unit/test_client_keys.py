@@ -132,3 +132,21 @@ def test_openai_agents_keys_follow_the_tool_call() -> None:
 def test_a_plain_loop_names_its_job_and_step() -> None:
     keys = {operation_key("nightly-invoices", "2026-12-01", n) for n in range(3)}
     assert keys == {f"nightly-invoices:2026-12-01:{n}" for n in range(3)}
+
+
+def test_recipes_refuse_a_step_that_changes_per_retry() -> None:
+    info = ActivityInfo("order-42-flow", "3", attempt=1, workflow_run_id="r1")
+    config = {"configurable": {"thread_id": "t-1", "checkpoint_id": "1ef-a"}}
+    with pytest.raises(RandomPart, match="uuid4"):
+        temporal_key(info, str(uuid.uuid4()))
+    with pytest.raises(RandomPart, match="date and time"):
+        langgraph_key(config, f"charge-{datetime.now(UTC).isoformat()}")
+
+
+def test_recipes_refuse_a_clock_reading_passed_as_the_runtimes_id() -> None:
+    with pytest.raises(RandomPart, match="run_id"):
+        openai_agents_key(time.time(), "call_abc")  # type: ignore[arg-type]
+    with pytest.raises(RandomPart, match="thread_id"):
+        langgraph_key({"configurable": {"thread_id": datetime.now(UTC)}}, "charge")
+    with pytest.raises(ValueError, match="tool_call_id"):
+        openai_agents_key("conv-9", "")

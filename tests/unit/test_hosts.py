@@ -13,6 +13,7 @@ from effect_broker.config.hosts import (
     LOOPBACK,
     canonical_host,
     host_key,
+    lookup_refusal,
     parse_ipv4,
     route_key,
     split_authority,
@@ -110,3 +111,19 @@ def test_split_authority() -> None:
     for bad in ("h:99999", "h:x", "[::1", "[::1]x"):
         with pytest.raises(ValueError):
             split_authority(bad)
+
+
+@pytest.mark.parametrize(
+    "host", ["a..test", ".test", "x" * 64 + ".test", "a" + "é" * 64 + ".test"]
+)
+def test_a_name_the_resolver_cannot_encode_has_a_lookup_refusal(host: str) -> None:
+    refusal = lookup_refusal(host)
+    assert refusal is not None
+    assert "DNS name" in refusal
+
+
+@pytest.mark.parametrize(
+    "host", ["api.test", "bücher.test", "127.0.0.1", "::1", "fe80::1%eth0", "x.test."]
+)
+def test_names_and_addresses_a_resolver_takes_have_none(host: str) -> None:
+    assert lookup_refusal(host) is None

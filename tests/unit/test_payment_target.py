@@ -315,7 +315,11 @@ async def test_hang_after_commit_commits_then_never_answers(
     client: Client, db_path: Path
 ) -> None:
     armed = await client.post("/_faults", json={"hang_after_commit": 1})
-    assert await armed.json() == {"hang_after_commit": 1, "fail_before_commit": 0}
+    assert await armed.json() == {
+        "hang_after_commit": 1,
+        "fail_before_commit": 0,
+        "stream_after_commit": 0,
+    }
     with pytest.raises(TimeoutError):
         await client.post(
             IDEMPOTENT,
@@ -360,12 +364,38 @@ async def test_fail_before_commit_answers_503_and_writes_nothing(
 async def test_faults_can_be_read_and_cleared(client: Client, db_path: Path) -> None:
     await client.post("/_faults", json={"hang_after_commit": 3, "fail_before_commit": 2})
     shown = await client.get("/_faults")
-    assert await shown.json() == {"hang_after_commit": 3, "fail_before_commit": 2}
+    assert await shown.json() == {
+        "hang_after_commit": 3,
+        "fail_before_commit": 2,
+        "stream_after_commit": 0,
+    }
     cleared = await client.delete("/_faults")
-    assert await cleared.json() == {"hang_after_commit": 0, "fail_before_commit": 0}
+    assert await cleared.json() == {
+        "hang_after_commit": 0,
+        "fail_before_commit": 0,
+        "stream_after_commit": 0,
+    }
     resp = await client.post(UNSAFE, data=body())
     assert resp.status == 201
     assert len(rows(db_path)) == 1
+
+
+async def test_a_streamed_answer_commits_and_stops_halfway(
+    client: Client, db_path: Path
+) -> None:
+    """``stream_after_commit``: the charge commits, its answer goes out chunked (no
+    Content-Length) and stops after half of its body."""
+    await client.post("/_faults", json={"stream_after_commit": 1})
+    async with client.post(UNSAFE, data=body()) as resp:
+        assert resp.status == 201
+        assert resp.headers["Transfer-Encoding"] == "chunked"
+        assert "Content-Length" not in resp.headers
+        first = await resp.content.readany()
+        assert len(rows(db_path)) == 1  # committed before the first byte
+        assert first.startswith(b"{")
+        with pytest.raises(ValueError):
+            json.loads(first)  # half a document, and nothing more will come
+    assert (await (await client.get("/_faults")).json())["stream_after_commit"] == 0
 
 
 @pytest.mark.parametrize(
@@ -378,6 +408,7 @@ async def test_bad_fault_requests_are_refused(client: Client, raw: bytes) -> Non
     assert await (await client.get("/_faults")).json() == {
         "hang_after_commit": 0,
         "fail_before_commit": 0,
+        "stream_after_commit": 0,
     }
 
 

@@ -21,6 +21,10 @@ from effect_broker.headers import MAX_PREFERRED_WAIT, preferred_wait
         (["wait=-1"], None),
         (["wait=1.5"], None),
         (["handling=lenient"], None),
+        (["wait=\u00b2"], None),  # a digit to str.isdigit(), not to float()
+        (["wait=\u0663"], None),  # ARABIC-INDIC DIGIT THREE: not an RFC 9110 DIGIT
+        (["wait=\udcff"], None),  # an undecodable byte, as aiohttp hands it over
+        (["wait=" + "9" * 400], MAX_PREFERRED_WAIT),
     ],
 )
 def test_the_wait_preference(values: list[str], seconds: float | None) -> None:

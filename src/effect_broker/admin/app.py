@@ -50,8 +50,10 @@ from effect_broker.errors import (
 from effect_broker.history import fold_events
 from effect_broker.models import Effect
 from effect_broker.problems import problem_response
+from effect_broker.ratelimited_log import RateLimitedLog
 
 log = logging.getLogger("effect_broker.admin")
+quiet = RateLimitedLog(log)
 
 
 def _json(body: BaseModel, *, status: int = 200) -> web.Response:
@@ -245,7 +247,14 @@ async def problems(request: web.Request, handler: Handler) -> web.StreamResponse
         return answer
     except EffectBrokerError as exc:
         if exc.status >= 500:
-            log.error("%s %s failed: %s", request.method, request.path, exc.message)
+            # A ledger outage fails every call (and every readiness probe) alike.
+            quiet.error(
+                f"failed:{type(exc).__name__}",
+                "%s %s failed: %s",
+                request.method,
+                request.path,
+                exc.message,
+            )
         return problem_response(exc)
     except Exception:
         log.exception("%s %s failed", request.method, request.path)

@@ -19,8 +19,10 @@ from effect_broker.admin.state import ADMIN_STATE
 from effect_broker.errors import (
     AdminTokenNotConfigured,
     EffectBrokerError,
+    TooManyFailedCredentials,
     Unauthorized,
 )
+from effect_broker.headers import credentials
 from effect_broker.problems import problem_response
 
 PROTECTED_PREFIX = "/v1/"
@@ -37,9 +39,9 @@ def configured_token(token: SecretStr | str | None) -> str | None:
 
 
 def bearer(request: web.Request) -> str | None:
-    scheme, _, credentials = request.headers.get("Authorization", "").partition(" ")
-    credentials = credentials.strip()
-    return credentials if scheme.lower() == "bearer" and credentials else None
+    """The bearer token, or None when there is none a token could be (see
+    ``credentials``: undecodable bytes are refused before anything encodes them)."""
+    return credentials(request.headers.get("Authorization"), "Bearer")
 
 
 def _refuse(error: EffectBrokerError, *, invalid: bool) -> web.Response:
@@ -81,7 +83,10 @@ async def _tenant(request: web.Request) -> str | web.Response:
             ),
             invalid=False,
         )
-    tenant = await state.gateway.tenant_for_api_key(token)
+    try:
+        tenant = await state.gateway.tenant_for_api_key(token, request.remote)
+    except TooManyFailedCredentials as exc:
+        return problem_response(exc, retry_after=exc.retry_after)
     if tenant is None:
         return _refuse(
             Unauthorized("the bearer token is not a live API key of any tenant"),

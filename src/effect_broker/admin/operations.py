@@ -61,6 +61,12 @@ UNAUTHORIZED = Reply(
     Problem,
     headers={"WWW-Authenticate": 'Bearer realm="effect-broker-admin"'},
 )
+TOO_MANY_FAILED_CREDENTIALS = Reply(
+    "Gateway mode: too many wrong bearer tokens from this address "
+    "(`too-many-failed-credentials`); nothing was looked up. Retry after `Retry-After`.",
+    Problem,
+    headers={"Retry-After": "Seconds to wait before the next attempt counts."},
+)
 NOT_FOUND = problem(
     "No such effect for this tenant (`not-found`): unknown id, not a UUID, or another "
     "tenant's effect, which is never distinguished from a missing one."
@@ -143,6 +149,7 @@ OPERATIONS: tuple[Operation, ...] = (
                 "`parameter` names it)."
             ),
             401: UNAUTHORIZED,
+            429: TOO_MANY_FAILED_CREDENTIALS,
         },
         query=ListQuery,
     ),
@@ -159,6 +166,7 @@ OPERATIONS: tuple[Operation, ...] = (
             ),
             400: problem("A parameter is invalid or unknown (`invalid-parameter`)."),
             401: UNAUTHORIZED,
+            429: TOO_MANY_FAILED_CREDENTIALS,
             404: problem(
                 "No such effect for this tenant (`not-found`), or `at_sequence` is "
                 "after its last event (`no-such-event`)."
@@ -178,6 +186,7 @@ OPERATIONS: tuple[Operation, ...] = (
                 links=_effect_links("$response.body#/effect_id"),
             ),
             401: UNAUTHORIZED,
+            429: TOO_MANY_FAILED_CREDENTIALS,
             404: problem(
                 "No such effect (`not-found`), or it is not settled and has no receipt "
                 "yet (`no-receipt`)."
@@ -196,6 +205,7 @@ OPERATIONS: tuple[Operation, ...] = (
                 links=_effect_links(EFFECT_ID),
             ),
             401: UNAUTHORIZED,
+            429: TOO_MANY_FAILED_CREDENTIALS,
             404: NOT_FOUND,
             409: problem(
                 "Nothing automatic can settle it (`not-reconcilable`: an unsafe "
@@ -225,6 +235,7 @@ OPERATIONS: tuple[Operation, ...] = (
                 "names what)."
             ),
             401: UNAUTHORIZED,
+            429: TOO_MANY_FAILED_CREDENTIALS,
             404: NOT_FOUND,
             409: problem(
                 "Refused: already settled (`already-settled`), not awaiting an operator "

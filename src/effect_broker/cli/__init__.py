@@ -27,6 +27,7 @@ def _register() -> None:
     from effect_broker.cli import (
         bench,
         ca,
+        contracts,
         demo,
         doctor,
         effects,
@@ -47,6 +48,7 @@ def _register() -> None:
     app.add_typer(demo.demo_app, name="demo")
     app.add_typer(keys.keys_app, name="keys")
     app.add_typer(ca.ca_app, name="ca")
+    app.add_typer(contracts.contracts_app, name="contracts")
     app.command(name="migrate")(migrate.migrate)
     app.command(name="serve")(serve.serve)
     app.command(name="init")(init.init)

@@ -1,4 +1,4 @@
-"""``effect-broker demo crash-matrix``: the proof, run on this machine by one command.
+"""``effect-broker demo``: the proof (``crash-matrix``) and the agent demo (``agent``).
 
 The matrix ships in the package (``effect_broker.demo.crash_matrix``, beside the demo
 payment target it starts), so this command runs from any folder of any installation,
@@ -7,19 +7,21 @@ not only from a checkout.
 
 from __future__ import annotations
 
+import asyncio
+import os
 import secrets
 import shutil
 import tempfile
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Annotated
 
 import typer
 from rich.console import Console
 
-from effect_broker.demo import crash_matrix, explorer
-from effect_broker.embedded import embedded_postgres
+from effect_broker.demo import agent, crash_matrix, explorer
+from effect_broker.embedded import EmbeddedPostgresUnavailable, embedded_postgres
 
 demo_app = typer.Typer(
     help="Demonstrations that run real processes against a real PostgreSQL.",
@@ -33,7 +35,14 @@ def postgres_server(database_url: str | None, scratch: Path) -> Iterator[str]:
     if database_url:
         yield database_url
         return
-    with embedded_postgres(scratch / "postgres", durable=False, keep_data=False) as dsn:
+    with ExitStack() as stack:
+        try:
+            dsn = stack.enter_context(
+                embedded_postgres(scratch / "postgres", durable=False, keep_data=False)
+            )
+        except EmbeddedPostgresUnavailable as exc:
+            typer.echo(f"error: {exc.message} Or pass --database-url.", err=True)
+            raise typer.Exit(2) from None
         yield dsn
 
 
@@ -229,3 +238,94 @@ def _report_exploration(console: Console, result: explorer.Exploration) -> None:
             console.print(
                 f"  ... {len(failed.verdict.violations) - 20} more", highlight=False
             )
+
+
+@demo_app.command("agent")
+def agent_command(
+    provider: Annotated[
+        str,
+        typer.Option(
+            help="who drives the agent: scripted (no network), openai ($OPENAI_API_KEY) "
+            "or grok ($XAI_API_KEY)"
+        ),
+    ] = "scripted",
+    kill_after_commit: Annotated[
+        bool,
+        typer.Option(
+            "--kill-after-commit",
+            help="kill the proxy right after the target committed the charge, then "
+            "restart it",
+        ),
+    ] = False,
+    model: Annotated[
+        str | None, typer.Option(help="the provider's model (default: a small one)")
+    ] = None,
+    base_url: Annotated[
+        str | None,
+        typer.Option(help="an OpenAI-compatible API to use instead of the provider's"),
+    ] = None,
+    database_url: Annotated[
+        str | None,
+        typer.Option(
+            "--database-url",
+            help="a PostgreSQL server on which the demo may create and drop a database "
+            "(default: an embedded PostgreSQL in a temporary directory)",
+        ),
+    ] = None,
+    workdir: Annotated[
+        Path | None, typer.Option(help="keep the processes' logs here")
+    ] = None,
+) -> None:
+    """A model asks for one charge of order-42; the proxy makes the retry safe.
+
+    Exits 1 unless the target's own table shows exactly one charge and the agent got it.
+    """
+    if provider not in agent.PROVIDER_NAMES:
+        raise typer.BadParameter(
+            f"{provider!r} is not one of: {', '.join(agent.PROVIDER_NAMES)}",
+            param_hint="--provider",
+        )
+    chat: agent.ChatModel
+    try:
+        chat = (
+            agent.ScriptedModel("order-42", 4200, "usd")
+            if provider == agent.SCRIPTED
+            else agent.provider_model(
+                provider, dict(os.environ), model=model, base_url=base_url
+            )
+        )
+    except agent.ProviderUnavailable as exc:
+        typer.echo(f"effect-broker demo agent: {exc}", err=True)
+        raise typer.Exit(2) from None
+    console = Console(soft_wrap=True)  # one transcript line stays one line
+    transcript = agent.Transcript(lambda line: console.print(line, highlight=False))
+    scratch = Path(tempfile.mkdtemp(prefix="effect-broker-demo-agent-"))
+    logs = workdir or scratch / "logs"
+    keep = False  # the logs of a run that went wrong stay for whoever looks into it
+    try:
+        with postgres_server(database_url, scratch) as server:
+            result = asyncio.run(
+                agent.run_demo(
+                    server, logs, chat, transcript, kill_after_commit=kill_after_commit
+                )
+            )
+        if result.ok:
+            how = "after the proxy was killed" if result.proxy_killed else "no failure"
+            console.print(
+                f"one charge for order-42, and the agent has its answer ({how})",
+                highlight=False,
+            )
+            return
+        keep = True
+        console.print(
+            f"NOT OK: {result.charges} charge(s) for order-42; logs kept in {logs}",
+            highlight=False,
+        )
+        raise typer.Exit(1)
+    except agent.ModelFailed as exc:
+        typer.echo(f"effect-broker demo agent: {exc}", err=True)
+        raise typer.Exit(1) from None
+    finally:
+        shutil.rmtree(scratch / "postgres", ignore_errors=True)
+        if not keep:
+            shutil.rmtree(scratch, ignore_errors=True)

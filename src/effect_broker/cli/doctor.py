@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Annotated
 from urllib.parse import urlsplit
 
+import aiohttp
 import typer
 from rich.console import Console
 from rich.table import Table
@@ -25,9 +26,16 @@ from effect_broker.cli.doctor_keys import (
     configured_key,
     ledger_key,
 )
+from effect_broker.cli.doctor_scope import (
+    KeyUsage,
+    payload_conflicts,
+    stuck_routes,
+    suspect_routes,
+)
 from effect_broker.cli.local_state import up_database, using
 from effect_broker.cli.options import DatabaseUrl, Routes, settings_from
 from effect_broker.cli.words import plural
+from effect_broker.config.durations import format_duration
 from effect_broker.config.routes_config import RoutesConfig
 from effect_broker.config.routes_file import load_routes, resolve_inject_headers
 from effect_broker.config.settings import Settings
@@ -40,6 +48,7 @@ from effect_broker.store import Store
 console = Console(soft_wrap=True, highlight=False, emoji=False)  # no :AB: emoji
 
 MAX_SKEW_SECONDS = 1.0
+KEY_SCOPE_WINDOW = timedelta(hours=24)
 CONNECT_TIMEOUT = 3.0
 CA_WARN_BEFORE = timedelta(days=30)
 
@@ -119,7 +128,9 @@ async def diagnose(settings: Settings) -> list[Finding]:
             Finding("database", False, "set EFFECT_BROKER_DATABASE_URL or --database-url")
         ]
     else:
-        database, ledger_keys = await _database(database_url, source)
+        database, ledger_keys = await _database(
+            database_url, source, settings.admin_listen
+        )
     key_file = KeyFile.find(settings.data_dir)
     master, keyring = configured_keys(settings, key_file, ledger_keys)
     findings.append(Finding("master key", master.ok, master.detail))
@@ -170,8 +181,22 @@ def tls_findings(settings: Settings) -> list[Finding]:
     return findings
 
 
+async def _proxy_metrics(admin_listen: str) -> str | None:
+    """A running proxy's ``/metrics`` page (open, no tenant data), or None."""
+    try:
+        async with (
+            aiohttp.ClientSession(
+                timeout=aiohttp.ClientTimeout(total=CONNECT_TIMEOUT)
+            ) as session,
+            session.get(f"http://{admin_listen}/metrics") as answer,
+        ):
+            return await answer.text() if answer.status == 200 else None
+    except (aiohttp.ClientError, TimeoutError, ValueError):
+        return None
+
+
 async def _database(
-    database_url: str, source: str
+    database_url: str, source: str, admin_listen: str
 ) -> tuple[list[Finding], list[str] | None]:
     """The database findings, and the ledger's master key ids when they could be read."""
     try:
@@ -200,8 +225,43 @@ async def _database(
                 + ("" if ok else "; leases and deadlines need synchronized clocks (NTP)"),
             )
 
+        async def key_scope() -> Finding:
+            if await store.pending_migrations():
+                return Finding(
+                    "key scope", False, "not checked: migrations pending", warning=True
+                )
+            usage = [
+                KeyUsage(route, effects, requests)
+                for route, effects, requests in await store.operation_key_usage(
+                    KEY_SCOPE_WINDOW
+                )
+            ]
+            notes = suspect_routes(usage, KEY_SCOPE_WINDOW)
+            metrics = await _proxy_metrics(admin_listen)
+            if metrics is not None:
+                notes += stuck_routes(payload_conflicts(metrics), usage)
+            if notes:
+                return Finding(
+                    "key scope", False, "; ".join(n.detail for n in notes), warning=True
+                )
+            stuck = (
+                "none looks stuck in place"
+                if metrics is not None
+                else f"stuck keys not checked: no proxy metrics at {admin_listen}"
+            )
+            return Finding(
+                "key scope",
+                True,
+                f"no route's keys look minted per call (last "
+                f"{format_duration(KEY_SCOPE_WINDOW)}); {stuck}",
+            )
+
         findings = [Finding("database", True, "reachable" + source)]
-        for check, probe in (("migrations", migrations), ("clock skew", skew)):
+        for check, probe in (
+            ("migrations", migrations),
+            ("clock skew", skew),
+            ("key scope", key_scope),
+        ):
             findings.append(await _guard(check, probe))
         try:
             ledger_keys: list[str] | None = await store.master_key_ids()

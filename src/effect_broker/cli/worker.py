@@ -18,6 +18,7 @@ import threading
 
 from rich.console import Console
 
+from effect_broker.cli.heartbeat import with_heartbeat
 from effect_broker.cli.serve import announce_failpoints, run_on_fastest_loop, run_proxy
 from effect_broker.cli.workers import WorkerOrder
 from effect_broker.errors import EffectBrokerError
@@ -69,9 +70,10 @@ def main() -> int:
     announce_failpoints()
     stop_when_orphaned()
     try:
-        run_on_fastest_loop(
-            run_proxy(order.settings, reuse_port=True, worker=order.label)
-        )
+        serve = run_proxy(order.settings, reuse_port=True, worker=order.label)
+        if order.heartbeat_fd is not None:
+            serve = with_heartbeat(serve, order.heartbeat_fd, order.heartbeat_interval)
+        run_on_fastest_loop(serve)
     except EffectBrokerError as exc:
         console.print(f"[red]error:[/] {order.label}: {exc.message}")
         return 1

@@ -24,6 +24,12 @@ settings on their stdin, and then only waits:
   backoff and shows it. Nothing is lost by stopping: every effect in flight in the dead
   worker is in the ledger with a lease, and the next start's reconcilers settle it.
 
+* a worker that hangs (paused, or its event loop stuck) is different: it holds its
+  share of new connections and never exits, so each worker's loop beats on a pipe
+  (``cli.heartbeat``) and one silent for ``worker_heartbeat_timeout`` is killed with
+  SIGKILL and started again in its place, with one line saying so. Its in-flight
+  effects are in the ledger with a lease, as after any crash.
+
 The supervisor keeps each worker's stdin open; a worker whose stdin reaches end of file
 (the supervisor was killed with SIGKILL) stops itself, so no orphan keeps serving.
 
@@ -48,6 +54,7 @@ from pathlib import Path
 from rich.console import Console
 
 from effect_broker.cli.addresses import ADDRESS_SETTINGS, bind_failure
+from effect_broker.cli.heartbeat import Pulse, beat_interval
 from effect_broker.config.settings import Settings
 from effect_broker.errors import EffectBrokerError
 from effect_broker.metrics import MULTIPROCESS_DIR
@@ -89,6 +96,8 @@ class WorkerOrder:
     settings: Settings
     index: int  # from 1
     count: int
+    heartbeat_fd: int | None = None  # where its event loop beats (see ``heartbeat``)
+    heartbeat_interval: float = 1.0
 
     @property
     def label(self) -> str:
@@ -145,61 +154,138 @@ def describe_exit(code: int) -> str:
     return f"exited with status {code}"
 
 
+@dataclass
+class Worker:
+    """One worker process as the supervisor holds it."""
+
+    index: int
+    process: asyncio.subprocess.Process
+    pipe: int  # the write end of its stdin: closed, it tells the worker to stop
+    pulse: Pulse
+    exit: asyncio.Task[int]
+    hung: bool = False  # killed by the supervisor for a silent heartbeat
+
+
 class Supervisor:
     def __init__(self, settings: Settings, count: int, metrics_dir: Path) -> None:
         self.settings = settings
         self.count = count
         self.metrics_dir = metrics_dir
-        self.workers: list[asyncio.subprocess.Process] = []
-        self.pipes: list[int] = []
+        self.deadline = settings.worker_heartbeat_timeout.total_seconds()
+        self.workers: list[Worker] = []
+        self.restarted = 0
 
     def close(self) -> None:
-        for pipe in self.pipes:
-            os.close(pipe)
-        self.pipes.clear()
+        for worker in self.workers:
+            if worker.pipe >= 0:
+                os.close(worker.pipe)
+                worker.pipe = -1
+            worker.pulse.close()
+
+    async def _start(self, index: int) -> Worker:
+        env = {**os.environ, MULTIPROCESS_DIR: str(self.metrics_dir)}
+        # Plain pipes, not asyncio's: the stdin write end stays open (its end of file
+        # tells the worker the supervisor is gone) and no transport waits on it.
+        read_end, write_end = os.pipe()
+        beat_read, beat_write = os.pipe()
+        try:
+            process = await asyncio.create_subprocess_exec(
+                *WORKER_COMMAND, stdin=read_end, env=env, pass_fds=(beat_write,)
+            )
+        finally:
+            os.close(read_end)
+            os.close(beat_write)
+        order = pickle.dumps(
+            WorkerOrder(
+                self.settings,
+                index,
+                self.count,
+                heartbeat_fd=beat_write,
+                heartbeat_interval=beat_interval(self.deadline),
+            )
+        )
+        framed = memoryview(len(order).to_bytes(8, "big") + order)
+        while framed:
+            framed = framed[os.write(write_end, framed) :]
+        return Worker(
+            index,
+            process,
+            write_end,
+            Pulse(beat_read, self.deadline),
+            asyncio.create_task(process.wait()),
+        )
+
+    async def _watch(self) -> None:
+        """Kill each worker whose heartbeat went silent; ``run`` restarts it."""
+        while True:
+            await asyncio.sleep(beat_interval(self.deadline))
+            for worker in self.workers:
+                if worker.hung or worker.process.returncode is not None:
+                    continue
+                silent = worker.pulse.silent_for()
+                if silent is None:
+                    continue
+                worker.hung = True
+                console.print(
+                    f"[red]error:[/] {self._name(worker)} sent no heartbeat for "
+                    f"{silent:.0f} s (EFFECT_BROKER_WORKER_HEARTBEAT_TIMEOUT is "
+                    f"{self.deadline:g} s): its event loop is paused or stuck; killed "
+                    "with SIGKILL and restarted"
+                )
+                worker.process.kill()
 
     async def run(self) -> int:
         loop = asyncio.get_running_loop()
         stop = asyncio.Event()
         for signum in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(signum, stop.set)
-        env = {**os.environ, MULTIPROCESS_DIR: str(self.metrics_dir)}
         for index in range(1, self.count + 1):
-            # A plain pipe, not asyncio's: its write end stays open (its end of file
-            # tells the worker the supervisor is gone) and no transport waits on it.
-            read_end, write_end = os.pipe()
-            try:
-                process = await asyncio.create_subprocess_exec(
-                    *WORKER_COMMAND, stdin=read_end, env=env
-                )
-            finally:
-                os.close(read_end)
-            self.pipes.append(write_end)
-            self.workers.append(process)
-            order = pickle.dumps(WorkerOrder(self.settings, index, self.count))
-            framed = memoryview(len(order).to_bytes(8, "big") + order)
-            while framed:
-                framed = framed[os.write(write_end, framed) :]
-        exits = {asyncio.create_task(w.wait()): w for w in self.workers}
+            self.workers.append(await self._start(index))
         stopping = asyncio.create_task(stop.wait())
-        done, _ = await asyncio.wait(
-            [*exits, stopping], return_when=asyncio.FIRST_COMPLETED
-        )
-        failed = stopping not in done
-        if failed:
-            for task in done:
-                worker = exits[task]
-                console.print(
-                    f"[red]error:[/] {self._name(worker)} {describe_exit(task.result())} "
-                    "unexpectedly; stopping the other workers (not restarting it: "
-                    "whatever runs effect-broker restarts it whole)"
+        watchdog = asyncio.create_task(self._watch())
+        failed = False
+        try:
+            while not failed:
+                exits = {worker.exit: worker for worker in self.workers}
+                done, _ = await asyncio.wait(
+                    [*exits, stopping], return_when=asyncio.FIRST_COMPLETED
                 )
-        else:
+                if stopping in done:
+                    break
+                for task in done:
+                    worker = exits[task]
+                    if worker.hung and not stop.is_set():
+                        await self._replace(worker)
+                        continue
+                    console.print(
+                        f"[red]error:[/] {self._name(worker)} "
+                        f"{describe_exit(task.result())} unexpectedly; stopping the "
+                        "other workers (not restarting it: whatever runs effect-broker "
+                        "restarts it whole)"
+                    )
+                    failed = True
+        finally:
+            watchdog.cancel()
+        if not failed:
             console.print(f"stopping {self.count} workers")
         stopping.cancel()
+        return await self._stop_all(failed)
+
+    async def _replace(self, dead: Worker) -> None:
+        """Start a new worker in the place of one killed for a silent heartbeat."""
+        if dead.pipe >= 0:
+            os.close(dead.pipe)
+            dead.pipe = -1
+        dead.pulse.close()
+        position = self.workers.index(dead)
+        self.workers[position] = await self._start(dead.index)
+        self.restarted += 1
+
+    async def _stop_all(self, failed: bool) -> int:
+        exits = {worker.exit: worker for worker in self.workers}
         for worker in self.workers:
-            if worker.returncode is None:
-                worker.send_signal(signal.SIGTERM)
+            if worker.process.returncode is None:
+                worker.process.send_signal(signal.SIGTERM)
         _, late = await asyncio.wait(exits, timeout=SHUTDOWN_DEADLINE)
         for task in late:
             worker = exits[task]
@@ -207,24 +293,23 @@ class Supervisor:
                 f"[red]error:[/] {self._name(worker)} still running "
                 f"{SHUTDOWN_DEADLINE:g} s after SIGTERM; killed"
             )
-            worker.kill()
+            worker.process.kill()
         if late:
             await asyncio.wait(late)
             failed = True
-        unclean = [w for w in self.workers if w.returncode != 0]
+        unclean = [w for w in self.workers if w.process.returncode != 0]
         if not failed and unclean:
             for worker in unclean:
-                code = worker.returncode if worker.returncode is not None else -9
+                code = worker.process.returncode
                 console.print(
-                    f"[red]error:[/] {self._name(worker)} {describe_exit(code)} "
-                    "while stopping"
+                    f"[red]error:[/] {self._name(worker)} "
+                    f"{describe_exit(code if code is not None else -9)} while stopping"
                 )
             failed = True
         return 1 if failed else 0
 
-    def _name(self, worker: asyncio.subprocess.Process) -> str:
-        index = self.workers.index(worker) + 1
-        return f"worker {index}/{self.count} (pid {worker.pid})"
+    def _name(self, worker: Worker) -> str:
+        return f"worker {worker.index}/{self.count} (pid {worker.process.pid})"
 
 
 def metrics_directory() -> tuple[Path, bool]:

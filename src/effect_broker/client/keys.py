@@ -119,6 +119,20 @@ def _looks_like_now(number: int) -> bool:
 # -- recipes -------------------------------------------------------------------------
 
 
+def _runtime_id(value: object, what: str) -> Stable:
+    """A runtime's own id, trusted as stable (the runtime persists it), except when it
+    is plainly a clock reading: a datetime or a float is never an id a runtime keeps,
+    and taking it would make every retry a new intent."""
+    if isinstance(value, datetime | date | clock_time | float):
+        raise RandomPart(
+            f"{what} ({value!r}) is a time, not the runtime's id: it changes between "
+            "retries, so every retry would be a new intent"
+        )
+    if value is None or value == "":
+        raise ValueError(f"{what} is not set")
+    return stable(value)
+
+
 def langgraph_key(config: Mapping[str, Any], step: str) -> str:
     """For a LangGraph node: the thread, the checkpoint the step runs from, the step.
 
@@ -132,9 +146,13 @@ def langgraph_key(config: Mapping[str, Any], step: str) -> str:
         raise ValueError("config['configurable']['thread_id'] is not set")
     checkpoint = configurable.get("checkpoint_id") or "start"
     namespace = configurable.get("checkpoint_ns") or ""
-    parts: list[Part] = ["lg", stable(thread), stable(checkpoint)]
+    parts: list[Part] = [
+        "lg",
+        _runtime_id(thread, "thread_id"),
+        _runtime_id(checkpoint, "checkpoint_id"),
+    ]
     if namespace:
-        parts.append(stable(namespace))
+        parts.append(_runtime_id(namespace, "checkpoint_ns"))
     return operation_key(*parts, step)
 
 
@@ -144,7 +162,11 @@ def temporal_key(info: Any, step: str | None = None) -> str:
     Both stay the same across the activity's retries (its ``attempt`` does not, and the
     run id changes on continue-as-new), so retries share one key.
     """
-    parts: list[Part] = ["temporal", stable(info.workflow_id), stable(info.activity_id)]
+    parts: list[Part] = [
+        "temporal",
+        _runtime_id(info.workflow_id, "workflow_id"),
+        _runtime_id(info.activity_id, "activity_id"),
+    ]
     if step:
         parts.append(step)
     return operation_key(*parts)
@@ -154,4 +176,6 @@ def openai_agents_key(run_id: str, tool_call_id: str) -> str:
     """For a tool of the OpenAI Agents SDK: the run (an id your app keeps, e.g. the
     trace's ``group_id``) and the model's tool call id, which a retry of the same call
     repeats and a new call does not."""
-    return operation_key("agents", stable(run_id), stable(tool_call_id))
+    return operation_key(
+        "agents", _runtime_id(run_id, "run_id"), _runtime_id(tool_call_id, "tool_call_id")
+    )

@@ -30,6 +30,7 @@ MCP_METHODS = frozenset({"POST", "GET", "DELETE"})
 DEFAULT_LEDGER_RETENTION = timedelta(days=7)
 
 UnmatchedPolicy = Literal["pass", "reject-mutating"]
+DuplicateAction = Literal["warn", "hold"]
 ConnectPolicy = Literal["tunnel", "refuse"]
 McpUnclassified = Literal["reject", "pass"]
 
@@ -66,6 +67,20 @@ DEFAULT_IN_FLIGHT_WAIT = timedelta(seconds=5)
 
 
 @dataclass(frozen=True, slots=True)
+class DuplicateGuard:
+    """Suspect a new operation key whose payload equals a recent effect's on its route.
+
+    A model that mints a fresh key per retry gets a new effect each time, which no
+    ledger can stop by key alone; the same payload under a new key within ``window`` is
+    the sign. ``warn`` counts and logs it; ``hold`` answers 409 ``suspected-duplicate``
+    unless the client declares the repeat intentional (``Effect-Repeat: intentional``).
+    """
+
+    action: DuplicateAction
+    window: timedelta
+
+
+@dataclass(frozen=True, slots=True)
 class Contract:
     """What a target promises, and so what the proxy may do after a lost response.
 
@@ -94,6 +109,17 @@ class Contract:
     lease_grace: timedelta | None = None
     # How long a duplicate waits for the request in flight before its 409.
     in_flight_wait: timedelta = DEFAULT_IN_FLIGHT_WAIT
+    # None: off. Applies to HTTP routes (an MCP tool call is not checked).
+    duplicate_guard: DuplicateGuard | None = None
+    # A streamed answer (engine.stream): the longest gap between two of its bytes
+    # before the outcome is unknown; None: ``timeout``. ``timeout`` then bounds only
+    # the wait for the answer's head, so a stream that keeps flowing may run on.
+    stream_idle_timeout: timedelta | None = None
+
+    @property
+    def idle_timeout(self) -> timedelta:
+        """The longest silence a streamed answer may keep."""
+        return self.stream_idle_timeout or self.timeout
 
     @property
     def downstream_header(self) -> str | None:

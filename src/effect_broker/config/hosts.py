@@ -25,6 +25,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from ipaddress import IPv4Address, IPv6Address, ip_address
 
+from effect_broker.config.ipv6_embedding import embedded_ipv4
+
 LOOPBACK = "localhost"
 DEFAULT_PORTS = frozenset({80, 443})
 
@@ -46,8 +48,12 @@ class Host:
         return self.name == LOOPBACK
 
     def addresses(self) -> tuple[IPAddress, ...]:
-        """Addresses known without DNS: the literal, and for loopback the usual two."""
+        """Addresses known without DNS: the literal, each IPv4 address an IPv6 literal
+        embeds (NAT64, 6to4, ...: see ``ipv6_embedding``), and for loopback the usual
+        two. Network rules match any of them."""
         known: list[IPAddress] = [] if self.address is None else [self.address]
+        if isinstance(self.address, IPv6Address):
+            known += embedded_ipv4(self.address)
         if self.is_loopback:
             known += [IPv4Address("127.0.0.1"), IPv6Address("::1")]
         return tuple(known)
@@ -128,6 +134,26 @@ def canonical_host(text: str) -> Host:
     if name == LOOPBACK or name.endswith("." + LOOPBACK):
         return Host(LOOPBACK)
     return Host(name)
+
+
+def lookup_refusal(host: str) -> str | None:
+    """Why no resolver can be asked about ``host`` (an IP literal or a DNS name), or None.
+
+    ``getaddrinfo`` IDNA-encodes a name first and raises ``UnicodeError`` (not an
+    ``OSError``) for an empty label, a label over 63 bytes or a name the codec refuses;
+    a caller that checks here answers the client instead of failing mid-connect.
+    """
+    try:
+        ip_address(host)
+        return None
+    except ValueError:
+        pass
+    try:
+        host.encode("idna")
+    except UnicodeError as exc:
+        reason = str(exc.__cause__ or exc)
+        return f"it cannot be encoded as a DNS name ({reason})"
+    return None
 
 
 def split_authority(text: str) -> tuple[str, int | None]:

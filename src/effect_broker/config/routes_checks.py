@@ -275,6 +275,14 @@ class _Checks:
             if isinstance(spec, dict):
                 where: DataPath = (*path, "mcp", "tools", str(tool))
                 contract = self._contract_reference(where, spec, contracts)
+                guard = contract.duplicate_payload_window if contract else None
+                if contract is not None and guard is not None and guard.mode != "off":
+                    self.report(
+                        (*where, "contract"),
+                        f"contract {contract.name!r} has duplicate_payload_window, "
+                        "which applies to HTTP routes only: an MCP tool call is not "
+                        "compared with earlier ones. Use a contract without it here",
+                    )
                 if isinstance(contract, TransactionalContract):
                     self.report(
                         (*where, "contract"),

@@ -31,6 +31,8 @@ TOKEN_PATTERN = r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$"  # RFC 9110 token: a header nam
 # The same token spelled apart, so that its hint below can say "method".
 METHOD_PATTERN = r"^[A-Za-z0-9!#$%&'*+.^_`|~-]+$"
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
+# A route's contract: a name in the file, or a packaged preset such as stripe@1.
+CONTRACT_REF_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]*(@[A-Za-z0-9._-]+)?$"
 JSON_POINTER_PATTERN = r"^(/([^~/]|~[01])*)*$"
 PROBE_PATH_PATTERN = r"^/[^{}]*(\{downstream_key\}[^{}]*)+$"
 ROUTE_PATH_PATTERN = r"^/[^?#]*$"
@@ -119,6 +121,7 @@ Optional = Annotated[T | None, BeforeValidator(_not_null)]
 
 HeaderName = Annotated[str, StringConstraints(pattern=TOKEN_PATTERN)]
 Name = Annotated[str, StringConstraints(pattern=NAME_PATTERN)]
+ContractRef = Annotated[str, StringConstraints(pattern=CONTRACT_REF_PATTERN)]
 DurationText = Annotated[str, StringConstraints(pattern=DURATION_PATTERN)]
 Duration = Annotated[
     timedelta,

@@ -30,10 +30,12 @@ from effect_broker.config.contracts import (
     DEFAULT_LEDGER_RETENTION,
     MCP_ROUTE_CONTRACT,
     Contract,
+    DuplicateGuard,
     McpTools,
     Probe,
     Route,
 )
+from effect_broker.config.presets import expand_presets
 from effect_broker.config.routes_checks import cross_field_issues
 from effect_broker.config.routes_config import ProxyPolicy, RoutesConfig
 from effect_broker.config.routes_fields import (
@@ -76,8 +78,8 @@ def load_routes(path: str | Path) -> RoutesConfig:
 
 def parse_routes(text: str, *, source: str) -> RoutesConfig:
     """Validate routes.yaml text; ``source`` names the file in every issue."""
-    document = read_yaml(text, source=source)
-    issues = list(document.issues)
+    document, preset_issues = expand_presets(read_yaml(text, source=source))
+    issues = list(document.issues) + preset_issues
     model: RoutesFile | None = None
     try:
         model = RoutesFile.model_validate(document.data)
@@ -179,6 +181,8 @@ def _contract(section: ContractSection) -> Contract:
         ledger_retention=section.ledger_retention or DEFAULT_LEDGER_RETENTION,
         lease_grace=section.lease_grace,
         in_flight_wait=section.in_flight_wait,
+        duplicate_guard=_duplicate_guard(section),
+        stream_idle_timeout=section.stream_idle_timeout,
     )
     if isinstance(section, IdempotentContract):
         if section.ledger_retention is None:  # the default never undercuts the key's
@@ -207,6 +211,13 @@ def _contract(section: ContractSection) -> Contract:
             ),
         )
     return common
+
+
+def _duplicate_guard(section: ContractSection) -> DuplicateGuard | None:
+    guard = section.duplicate_payload_window
+    if guard is None or guard.mode == "off":
+        return None
+    return DuplicateGuard(action=guard.mode, window=guard.window)
 
 
 def _route(

@@ -13,6 +13,7 @@ These models only validate; the loader turns them into the frozen dataclasses in
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Annotated, Literal, get_args
 
 from pydantic import (
@@ -42,6 +43,7 @@ from effect_broker.config.routes_fields import (
     ROUTE_PATH_PATTERN,
     SCHEMA_TITLE,
     UPSTREAM_PATTERN,
+    ContractRef,
     ContractVersion,
     Duration,
     FileVersion,
@@ -95,6 +97,20 @@ class ProxySection(Section):
 # --- contracts ---------------------------------------------------------------------
 
 
+class DuplicatePayloadSection(Section):
+    """What to do with a new operation key whose payload equals a recent effect's."""
+
+    mode: Literal["off", "warn", "hold"] = Field(
+        description="off; warn: count it (effect_broker_suspected_duplicates_total) and "
+        "log it; hold: answer 409 suspected-duplicate naming the earlier effect, unless "
+        "the client sends Effect-Repeat: intentional."
+    )
+    window: Duration = Field(
+        timedelta(minutes=10),
+        description="How far back an equal payload counts as the same intent, e.g. 10m.",
+    )
+
+
 class ContractBase(Section):
     """What every contract has, whatever its safety class."""
 
@@ -105,7 +121,9 @@ class ContractBase(Section):
     )
     safety: str = Field(description="What the target can prove after a lost response.")
     timeout: Duration = Field(
-        DEFAULT_TIMEOUT, description="How long one attempt may take, e.g. 10s."
+        DEFAULT_TIMEOUT,
+        description="How long one attempt may take, e.g. 10s; for a streamed answer "
+        "(text/event-stream, or a body of unknown length), how long until its head.",
     )
     retry_limit: int = Field(
         DEFAULT_RETRY_LIMIT, ge=0, description="Attempts the reconciler may add."
@@ -123,10 +141,21 @@ class ContractBase(Section):
         "answer (and gets it as a replay) before a 409; a client's Prefer: wait=N "
         "(RFC 7240, at most 60s) overrides it for its own request. 0s: answer at once.",
     )
+    stream_idle_timeout: Optional[Duration] = Field(
+        None,
+        description="How long a streamed answer may go without a byte before its "
+        "outcome is unknown (default: timeout); a stream that keeps flowing may outlast "
+        "timeout and still settle as answered.",
+    )
     ledger_retention: Optional[Duration] = Field(
         None,
         description="How long a settled effect stays in the ledger before it is pruned "
         "(default: 7d, or key_retention when longer); never shorter than key_retention.",
+    )
+    duplicate_payload_window: Optional[DuplicatePayloadSection] = Field(
+        None,
+        description="Guard against keys minted fresh per retry: a new operation key "
+        "whose payload equals a recent effect's on the same route (default: off).",
     )
     operation_key_header: Optional[HeaderName] = Field(
         None,
@@ -322,9 +351,10 @@ class RouteSection(Section):
             None, description="Leading segments of match.path removed before forwarding."
         )
     )
-    contract: Optional[Name] = Field(
+    contract: Optional[ContractRef] = Field(
         None,
-        description="The name of a contract in this file (required unless mcp is set).",
+        description="The name of a contract in this file, or a packaged preset such as "
+        "stripe@1 (required unless mcp is set).",
     )
     mcp: Optional[McpSection] = Field(
         None,

@@ -83,11 +83,22 @@ class Settings(BaseSettings):
         description="How long a new connection may take to send its first bytes (and a "
         "CONNECT its whole head) before it gets a 408 and is closed.",
     )
+    body_timeout: timedelta = Field(
+        timedelta(seconds=30),
+        description="How long a request body may take to arrive in full, counted from "
+        "its head; beyond it the request gets a 408, nothing is recorded or forwarded, "
+        "and the connection is closed.",
+    )
     max_connections: int = Field(
         1024,
         ge=1,
         description="Open client connections on the proxy port; beyond it a new one "
         "gets a 503 and is closed. Keep it well below the file limit (ulimit -n).",
+    )
+    worker_heartbeat_timeout: timedelta = Field(
+        timedelta(seconds=10),
+        description="serve --workers N: a worker whose event loop has not sent its "
+        "heartbeat for this long (paused, stuck) is killed and restarted.",
     )
     reconciler: bool = Field(
         True, description="Run the built-in reconciler inside the proxy process."
@@ -140,6 +151,8 @@ class Settings(BaseSettings):
         "upstream_queue_timeout",
         "keepalive_timeout",
         "header_timeout",
+        "body_timeout",
+        "worker_heartbeat_timeout",
         mode="before",
     )
     @classmethod

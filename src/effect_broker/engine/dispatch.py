@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import logging
 import random
+import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from contextlib import AsyncExitStack
+from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import Any
 
@@ -36,6 +38,7 @@ from effect_broker.engine.probe import ProbeResult, ProbeVerdict, run_probe
 from effect_broker.engine.protocol import CutsShort, TargetProtocol
 from effect_broker.engine.sealed import seal_response
 from effect_broker.engine.slots import NoFreeSlot
+from effect_broker.engine.stream import Ending, RecordedStream
 from effect_broker.engine.targets import base_url, well_known_origin
 from effect_broker.engine.upstream import AttemptResult, Delivery, send
 from effect_broker.engine.wiring import Wiring
@@ -110,6 +113,7 @@ class Dispatcher:
         self._max_receipt_bytes = wiring.max_receipt_bytes
         self._lease_grace = wiring.lease_grace
         self._protocols = wiring.protocols
+        self._waiters = wiring.waiters
         self.metrics = wiring.metrics
         self._rng = random.Random()
 
@@ -160,25 +164,37 @@ class Dispatcher:
             if protocol is not None and isinstance(protocol, CutsShort)
             else None
         )
+        slot = AsyncExitStack()  # held on past this call while an answer streams
         try:
-            async with self._slots.hold(effect.route):
-                attempt = await send(
-                    self._session,
-                    method=request.method,
-                    url=request.url,
-                    headers=request.headers,
-                    body=request.body,
-                    timeout=contract.timeout,
-                    max_body=self._max_receipt_bytes,
-                    watch=watch,
-                    window=window,
-                )
+            await slot.enter_async_context(self._slots.hold(effect.route))
+            attempt = await send(
+                self._session,
+                method=request.method,
+                url=request.url,
+                headers=request.headers,
+                body=request.body,
+                timeout=contract.timeout,
+                max_body=self._max_receipt_bytes,
+                watch=watch,
+                window=window,
+                streamable=protocol is None,
+            )
         except NoFreeSlot as exc:
             attempt = AttemptResult(Delivery.NOT_SENT, detail=str(exc), saturated=True)
+        except BaseException:
+            await slot.aclose()
+            raise
+        if attempt.live is None:
+            await slot.aclose()
         failpoints.hit(failpoints.AFTER_UPSTREAM_RESPONSE)
         self.metrics.attempts.labels(effect.route, attempt.delivery.value).inc()
         if attempt.withheld:
             log.warning("effect %s: %s", effect.effect_id, attempt.detail)
+        if attempt.live is not None:
+            stream = self._recorded_stream(
+                effect, contract, attempt, window, slot, after_unknown
+            )
+            return Dispatched(effect, replace(attempt, stream=stream))
         try:
             settled = await self._settle(effect, contract, attempt, after_unknown)
         except BaseException:
@@ -187,6 +203,54 @@ class Dispatcher:
         if settled.status not in TERMINAL:
             self.metrics.effects.labels(settled.route, settled.status.value).inc()
         return Dispatched(settled, attempt)
+
+    def _recorded_stream(
+        self,
+        effect: Effect,
+        contract: Contract,
+        attempt: AttemptResult,
+        window: SendWindow,
+        slot: AsyncExitStack,
+        after_unknown: bool,
+    ) -> RecordedStream:
+        """The open answer of unknown length, to be passed on while it arrives and
+        settled when it ends (``engine.stream``); the slot is given back then."""
+        assert attempt.live is not None and attempt.response is not None
+        renew_lease = max(
+            self.lease_for(contract), contract.idle_timeout + self.grace_for(contract)
+        )
+
+        async def renew(current: Effect) -> Effect:
+            return await self._store.renew_lease(
+                current, owner=self._owner, lease=renew_lease
+            )
+
+        async def settle(current: Effect, ending: Ending) -> Effect:
+            try:
+                settled = await self._settle(
+                    current, contract, _attempt_of(attempt, ending), after_unknown
+                )
+            finally:  # the stream's end is the work's end: duplicates look again
+                self._waiters.notify(current.effect_id)
+            if settled.status not in TERMINAL:
+                self.metrics.effects.labels(settled.route, settled.status.value).inc()
+            return settled
+
+        return RecordedStream(
+            effect,
+            attempt.response,
+            attempt.live,
+            idle_timeout=contract.idle_timeout.total_seconds(),
+            max_body=self._max_receipt_bytes,
+            settle=settle,
+            renew=renew,
+            release=slot.aclose,
+            # The lease cannot end before the window closes plus the grace.
+            lease_ends_in=window.closes_at
+            + self.grace_for(contract).total_seconds()
+            - time.monotonic(),
+            renew_lease=renew_lease.total_seconds(),
+        )
 
     async def _settle(
         self,
@@ -264,7 +328,9 @@ class Dispatcher:
         The body is left out (and the receipt says so) when it is longer than a receipt
         holds: ``attempt.overflow`` for a live answer, ``omit_body`` for a looked-up one.
         """
-        overflow = omit_body or (attempt is not None and attempt.overflow is not None)
+        overflow = omit_body or (
+            attempt is not None and (attempt.overflow is not None or attempt.body_omitted)
+        )
         kept = (
             StoredResponse(
                 response.status,
@@ -472,6 +538,22 @@ class Dispatcher:
             # a full settlement bound after this point can prove absence.
             settle_within=contract.settlement_bound,
         )
+
+
+def _attempt_of(head: AttemptResult, ending: Ending) -> AttemptResult:
+    """What a streamed attempt proved once its body ended: the whole answer, or, when
+    the body broke off or went quiet, an unknown outcome (the target may have acted)."""
+    elapsed = head.elapsed + ending.elapsed
+    if not ending.complete:
+        return AttemptResult(
+            Delivery.UNKNOWN, detail=ending.detail, elapsed=elapsed, timed_out=ending.idle
+        )
+    return AttemptResult(
+        Delivery.ANSWERED,
+        ending.response,
+        elapsed=elapsed,
+        body_omitted=ending.omitted,
+    )
 
 
 def _settled_status(status_code: int) -> EffectStatus:

@@ -183,7 +183,14 @@ class Engine:
                 f"{effect.contract_version} is not in the running configuration",
             )
             return Unknown(effect, Unknowable.AWAITING_OPERATOR, effect.last_error or "")
-        return await self._fenced(self._advance(effect, route, None, owned=True), effect)
+        outcome = await self._fenced(
+            self._advance(effect, route, None, owned=True), effect
+        )
+        if isinstance(outcome, Answered) and outcome.attempt.stream is not None:
+            # Nobody to pass a streamed answer on to: read it to its end and settle.
+            ended = await outcome.attempt.stream.discard()
+            return dataclasses.replace(outcome, effect=ended.effect)
+        return outcome
 
     async def prune_settled(self, *, limit: int) -> int:
         """Delete up to ``limit`` settled effects past their contract's

@@ -17,6 +17,7 @@ from uuid import UUID
 from effect_broker.models import (
     Attempt,
     AttemptTerms,
+    EarlierEffect,
     Effect,
     EffectEvent,
     EffectFilter,
@@ -59,6 +60,10 @@ class Ledger(Protocol):
         lease: timedelta,
         key_retention: timedelta | None = None,
         settlement_bound: timedelta | None = None,
+    ) -> Effect: ...
+
+    async def renew_lease(
+        self, effect: Effect, *, owner: str, lease: timedelta
     ) -> Effect: ...
 
     async def transition(
@@ -117,8 +122,9 @@ class Ledger(Protocol):
 
 
 class LedgerReader(Protocol):
-    """What operators read: lists, one effect whole, readiness and the summary the
-    metrics and alerts use. Every read but the summary is scoped to one tenant."""
+    """What operators and the request path read: lists, one effect whole, readiness,
+    the summary the metrics and alerts use, and the duplicate guard's look-back. Every
+    read but the summary is scoped to one tenant."""
 
     async def ping(self) -> None: ...
 
@@ -144,3 +150,12 @@ class LedgerReader(Protocol):
     async def attempts(self, tenant_id: str, effect_id: UUID) -> list[Attempt]: ...
 
     async def verify_events(self, effect_id: UUID) -> int | None: ...
+
+    async def recent_duplicate(
+        self,
+        tenant_id: str,
+        route: str,
+        request_hash: str,
+        operation_key: str,
+        window: timedelta,
+    ) -> EarlierEffect | None: ...

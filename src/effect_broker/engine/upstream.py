@@ -35,6 +35,7 @@ from yarl import URL
 from effect_broker.engine.fence import SendWindow, current_window
 from effect_broker.engine.messages import StoredResponse
 from effect_broker.engine.protocol import AnswerWatch
+from effect_broker.engine.stream import RecordedStream, streams_live
 from effect_broker.headers import Headers, response_headers
 from effect_broker.tracing import tracer, untraced, with_current_context
 
@@ -49,7 +50,9 @@ class Delivery(StrEnum):
 class AttemptResult:
     """What one attempt proved. ``overflow`` is the still-open answer when its body is
     longer than a receipt may hold: ``response.body`` has the first bytes, the caller
-    streams the rest to the client and must ``release()``."""
+    streams the rest to the client and must ``release()``. ``live`` is the open answer
+    of unknown length (``stream.streams_live``): ``response`` is its head only, and the
+    dispatcher turns it into ``stream``, which the caller must run to the end."""
 
     delivery: Delivery
     response: StoredResponse | None = None
@@ -60,10 +63,15 @@ class AttemptResult:
     saturated: bool = False  # NOT_SENT because no connection to the target was free
     tls: bool = False  # NOT_SENT because the target's TLS certificate failed to verify
     withheld: bool = False  # NOT_SENT because the attempt's lease might have run out
+    live: aiohttp.ClientResponse | None = None
+    stream: RecordedStream | None = None
+    body_omitted: bool = False  # a streamed body longer than a receipt holds
 
     def release(self) -> None:
         if self.overflow is not None:
             self.overflow.release()
+        if self.live is not None:
+            self.live.close()
 
 
 def upstream_tls(extra_ca_file: Path | None = None) -> ssl.SSLContext:
@@ -168,11 +176,14 @@ async def send(
     max_body: int,
     watch: AnswerWatch | None = None,
     window: SendWindow | None = None,
+    streamable: bool = False,
 ) -> AttemptResult:
     """Send once and read at most ``max_body`` bytes of the answer, in a client span
     whose context the target receives. The URL is not an attribute: a lookup's URL
     carries the derived key, which no span may hold. ``watch`` may end the read early
-    (``protocol.CutsShort``); ``window`` fences the first byte (``fence``)."""
+    (``protocol.CutsShort``); ``window`` fences the first byte (``fence``).
+    ``streamable``: an answer of unknown length comes back open, as ``live``, once its
+    head has arrived within ``timeout`` (``stream``)."""
     target = URL(url, encoded=True)
     span_scope: AbstractContextManager[Span] = (
         nullcontext(INVALID_SPAN)
@@ -202,6 +213,7 @@ async def send(
                     timeout=timeout,
                     max_body=max_body,
                     watch=watch,
+                    streamable=streamable,
                 ),
             )
             if result.response is not None:
@@ -242,6 +254,7 @@ async def _send(
     timeout: timedelta,
     max_body: int,
     watch: AnswerWatch | None = None,
+    streamable: bool = False,
 ) -> AttemptResult:
     seconds = timeout.total_seconds()
     started = time.perf_counter()
@@ -256,6 +269,15 @@ async def _send(
                 allow_redirects=False,
                 timeout=aiohttp.ClientTimeout(total=None, connect=seconds),
             )
+            if streamable and streams_live(
+                method, response.status, response.content_length
+            ):
+                return AttemptResult(
+                    Delivery.ANSWERED,
+                    _head(response),
+                    live=response,
+                    elapsed=time.perf_counter() - started,
+                )
             payload, cut = await _read_up_to(response, max_body + 1, watch)
             overflow = cut is None and len(payload) > max_body
             if cut is not None:
@@ -294,18 +316,21 @@ async def _send(
             detail=f"connection lost after sending: {exc!r}",
             elapsed=time.perf_counter() - started,
         )
-    stored = StoredResponse(
-        status=response.status,
-        reason=response.reason or "",
-        headers=response_headers(response.headers.items()),
-        body=payload,
-    )
     return AttemptResult(
         Delivery.ANSWERED,
-        stored,
+        _head(response, payload),
         detail=cut or "",
         overflow=response if overflow else None,
         elapsed=time.perf_counter() - started,
+    )
+
+
+def _head(response: aiohttp.ClientResponse, body: bytes = b"") -> StoredResponse:
+    return StoredResponse(
+        status=response.status,
+        reason=response.reason or "",
+        headers=response_headers(response.headers.items()),
+        body=body,
     )
 
 

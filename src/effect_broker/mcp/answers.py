@@ -15,7 +15,8 @@ the HTTP status alone proves little. The rules, most conservative first:
   sampling, roots; the revisions before 2026-07-28 send them mid-call): the read stops
   there (``watch``), since a recorded call cannot relay it and the server would wait
   until the timeout; with no response in it, the answer is unknown like any cut
-  stream: the tool may have acted before it asked.
+  stream: the tool may have acted before it asked. Progress notifications on it go to
+  the client's relay, if it asked for one (``progress``).
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from effect_broker.mcp.jsonrpc import (
     ServerRequestWatch,
     find_response,
 )
+from effect_broker.mcp.progress import current_relay
 from effect_broker.models import Effect, EffectStatus
 
 REFUSED_BEFORE_RUNNING = frozenset(
@@ -95,7 +97,10 @@ class McpProtocol:
     def watch(self, request: StoredRequest) -> AnswerWatch:
         """Stop reading at a server-to-client request, or at the response for the
         call's id, whether or not the stream goes on (``engine.protocol.CutsShort``)."""
-        found = ServerRequestWatch(_call_id(request))
+        relay = current_relay.get()
+        found = ServerRequestWatch(
+            _call_id(request), relay.offer if relay is not None else None
+        )
 
         def watch(content_type: str | None, chunk: bytes) -> str | None:
             method = found(content_type, chunk)

@@ -58,6 +58,7 @@ from effect_broker.mcp.jsonrpc import (
     take_operation_key,
     tool_call,
 )
+from effect_broker.mcp.progress import ProgressRelay, current_relay, wants_progress
 from effect_broker.mcp.render import json_response, render
 from effect_broker.problems import jsonrpc_problem
 
@@ -207,14 +208,22 @@ class McpEndpoint:
         scope = _scope(request, route, tenant)
         token = self.in_flight.begin(scope, call.id)
         shared_for = self.engine.lease_for(contract) * SHARED_CALL_LEASES
-        task = asyncio.ensure_future(
-            self._submit_shared(intent, call_key(scope, call.id), shared_for)
-        )
+        params = message.body.get("params")
+        meta = params.get("_meta") if isinstance(params, dict) else None
+        relay = ProgressRelay(request) if wants_progress(request, meta) else None
+        relayed = current_relay.set(relay)  # the engine's task starts with a copy
+        try:
+            task = asyncio.ensure_future(
+                self._submit_shared(intent, call_key(scope, call.id), shared_for)
+            )
+        finally:
+            current_relay.reset(relayed)
         self._running.add(task)
         task.add_done_callback(self._running.discard)
         task.add_done_callback(lambda _: self.in_flight.end(token))
         outcome = await asyncio.shield(task)
-        return await render(outcome, call.id, request)
+        answer = await render(outcome, call.id, request)
+        return answer if relay is None else await relay.finish(answer)
 
     async def _submit_shared(
         self, intent: Intent, key: bytes, expires_in: timedelta

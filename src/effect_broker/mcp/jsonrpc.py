@@ -13,6 +13,7 @@ import binascii
 import json
 import re
 import unicodedata
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,6 +39,7 @@ RESOLVED_BY_OPERATOR = -32016
 PROXY_ERROR = -32017
 
 MAX_OPERATION_KEY = 255
+PROGRESS = "notifications/progress"
 # Methods whose Mcp-Name header names a body parameter (sessionless revision).
 NAME_BEARING = {"tools/call": "name", "prompts/get": "name", "resources/read": "uri"}
 _BASE64_VALUE = re.compile(r"=\?base64\?(?P<payload>[A-Za-z0-9+/]*={0,2})\?=")
@@ -224,7 +226,8 @@ class ServerRequestWatch:
     A request the server sends the client mid-call (``elicitation/create``,
     ``sampling/createMessage``, ``roots/list``) before any response: the server then
     waits for the client's answer, which a recorded call cannot relay. Its method is
-    returned the first time it appears; notifications (progress, logs) pass.
+    returned the first time it appears; notifications (progress, logs) pass, and each
+    progress notification is given to ``on_progress`` (the client's relay) as it is.
 
     The response for the call's own id (``call_id``; any response when it is None):
     it is the whole answer, so ``answered`` turns true and the reader may stop there.
@@ -232,9 +235,14 @@ class ServerRequestWatch:
     wait for the timeout and lose an answer already received.
     """
 
-    def __init__(self, call_id: RequestId | None = None) -> None:
+    def __init__(
+        self,
+        call_id: RequestId | None = None,
+        on_progress: Callable[[bytes], None] | None = None,
+    ) -> None:
         self._pending = b""  # the stream's bytes after its last complete event
         self._call_id = None if call_id is None else correlated_id(call_id)
+        self._on_progress = on_progress  # given each notifications/progress message
         self.answered = False
 
     def __call__(self, content_type: str | None, chunk: bytes) -> str | None:
@@ -257,6 +265,8 @@ class ServerRequestWatch:
             method = value.get("method")
             if isinstance(method, str) and "id" in value:
                 return method
+            if method == PROGRESS and self._on_progress is not None:
+                self._on_progress(data)
         return None
 
     def _answers_the_call(self, response_id: object) -> bool:

@@ -20,12 +20,15 @@ from effect_broker.errors import (
     MalformedRequest,
     MisdirectedRequest,
     ProxyAuthenticationRequired,
+    RequestTimeout,
     RouteNotFound,
     RouteRefused,
     StoreError,
     StoreUnavailable,
+    TooManyFailedCredentials,
 )
 from effect_broker.problems import problem_response
+from effect_broker.proxy.body_deadline import body_deadline
 from effect_broker.proxy.edge import EDGE_LIMITS, EdgeLimits
 from effect_broker.proxy.edge_input import check_path, printable
 from effect_broker.proxy.flow import EffectRequest, is_absolute_form
@@ -37,11 +40,16 @@ from effect_broker.ratelimited_log import RateLimitedLog
 log = logging.getLogger("effect_broker.proxy")
 # A database outage fails every request the same way: one line per cause per interval.
 store_log = RateLimitedLog(log)
-# A misconfiguration, not an incident: once per host an hour is enough to be seen.
+# A misconfiguration, not an incident: once an hour (with a count) is enough to be seen.
 unrecorded_log = RateLimitedLog(log, interval=3600.0)
 
 
 async def handle(request: web.Request) -> web.StreamResponse:
+    with body_deadline(request, request.app[EDGE_LIMITS].body_timeout):
+        return await _handle(request)
+
+
+async def _handle(request: web.Request) -> web.StreamResponse:
     state = request.app[PROXY_STATE]
     check_path(request.path)
     path = request_path(request)
@@ -52,7 +60,7 @@ async def handle(request: web.Request) -> web.StreamResponse:
         tenant = tunnel.tenant  # a gateway tenant authenticated on the CONNECT
     elif state.gateway is not None:
         tenant = await state.gateway.tenant_for(
-            request.headers.get("Proxy-Authorization")
+            request.headers.get("Proxy-Authorization"), request.remote
         )
     route = match(request, state, path, forward=forward)
     if route is None:
@@ -163,10 +171,10 @@ async def unmatched(
     key_header = state.config.proxy.operation_key_header
     if key_header not in request.headers:
         return await pass_through(request, state.session, state.egress)
-    # The client meant this to be recorded; say plainly that it was not.
-    host = request.url.host or "?"
+    # The client meant this to be recorded; say plainly that it was not. One cause for
+    # all hosts: the host is the client's to vary, and each would be a line and an entry.
     unrecorded_log.warning(
-        f"unrecorded:{host}",
+        "unrecorded",
         "%s %s carries %s but no route records it: passed through unrecorded. Add a "
         "route for it to routes.yaml if it has side effects",
         request.method,
@@ -199,6 +207,12 @@ async def problems_middleware(
         return problem_response(
             exc, headers={"Proxy-Authenticate": 'Basic realm="effect-broker"'}
         )
+    except TooManyFailedCredentials as exc:
+        return problem_response(exc, retry_after=exc.retry_after)
+    except RequestTimeout as exc:
+        response = problem_response(exc)
+        response.force_close()  # the rest of the body may still be on its way
+        return response
     except EffectBrokerError as exc:
         return problem_response(exc)
     except web.HTTPRequestEntityTooLarge:

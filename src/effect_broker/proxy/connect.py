@@ -24,6 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import cast
 
+from effect_broker.config.hosts import host_key, lookup_refusal
 from effect_broker.errors import (
     EffectBrokerError,
     EgressRefused,
@@ -35,13 +36,14 @@ from effect_broker.errors import (
 )
 from effect_broker.problems import problem_bytes
 from effect_broker.proxy.edge import ConnectionGate
+from effect_broker.proxy.edge_input import printable
 from effect_broker.proxy.egress import EgressGuard
 from effect_broker.proxy.intercept import Interception
 from effect_broker.ratelimited_log import RateLimitedLog
 
 log = logging.getLogger("effect_broker.connect")
 # An SDK reports a refused tunnel as "Tunnel connection failed" and nothing more: the
-# reason must be in the proxy's log, once per host an hour.
+# reason must be in the proxy's log, once per reason (per watched host) an hour.
 refusals = RateLimitedLog(log, interval=3600.0)
 
 CONNECT = b"CONNECT "
@@ -235,17 +237,28 @@ class FrontProtocol(asyncio.Protocol):
             self._answer_and_close(MalformedRequest("CONNECT needs host:port"))
             return
         host, port = target
+        unusable = lookup_refusal(host)
+        if unusable is not None:
+            self._answer_and_close(
+                MalformedRequest(
+                    f"CONNECT {printable(host[:100])!r} does not name a host name or "
+                    f"IP address: {unusable}"
+                )
+            )
+            return
         authority = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
         if self._intercept is not None and self._policy.is_guarded(authority):
             self._start_interception(self._intercept, target, head, rest)
             return
         refusal = self._policy.refusal(authority)
         if refusal is not None:
-            if self._intercept is None and self._policy.is_guarded(authority):
+            guarded = self._policy.is_guarded(authority)
+            if self._intercept is None and guarded:
                 refusal += INTERCEPT_HINT
-            refusals.warning(
-                f"connect:{host}", "CONNECT %s refused: %s", authority, refusal
-            )
+            # Keyed by the reason (for a watched host, that host: one of the routes'),
+            # never by the name as written, which a client can vary without end.
+            cause = f"connect:guarded:{host_key(authority)}" if guarded else "connect"
+            refusals.warning(cause, "CONNECT %s refused: %s", authority, refusal)
             self._answer_and_close(RouteRefused(refusal))
             return
         if self._policy.egress is not None:

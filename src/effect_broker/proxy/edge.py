@@ -31,7 +31,7 @@ from aiohttp.web_protocol import RequestHandler
 from aiohttp.web_request import BaseRequest
 
 from effect_broker.config.settings import Settings
-from effect_broker.errors import EffectBrokerError, MalformedRequest
+from effect_broker.errors import EffectBrokerError, MalformedRequest, RequestTimeout
 from effect_broker.problems import problem_response
 from effect_broker.ratelimited_log import RateLimitedLog
 
@@ -47,6 +47,7 @@ class EdgeLimits:
 
     keepalive_timeout: float = 15.0
     header_timeout: float = 10.0
+    body_timeout: float = 30.0
     max_connections: int = 1024
     max_passthrough_bytes: int = 10 * 1024 * 1024
 
@@ -55,6 +56,7 @@ class EdgeLimits:
         return cls(
             keepalive_timeout=settings.keepalive_timeout.total_seconds(),
             header_timeout=settings.header_timeout.total_seconds(),
+            body_timeout=settings.body_timeout.total_seconds(),
             max_connections=settings.max_connections,
             max_passthrough_bytes=settings.max_passthrough_bytes,
         )
@@ -105,6 +107,14 @@ class EdgeRequestHandler(RequestHandler):
             self._gate.release()
             self._gate = None
         super().connection_lost(exc)
+
+    def log_exception(self, *args: Any, **kwargs: Any) -> None:
+        # After a body deadline's 408 has been sent, aiohttp drains what is left of the
+        # body ("lingering close"), meets the deadline's error again and logs it as
+        # unhandled before closing the connection, which is exactly what is wanted.
+        if isinstance(kwargs.get("exc_info"), RequestTimeout):
+            return
+        super().log_exception(*args, **kwargs)
 
     def handle_error(
         self,

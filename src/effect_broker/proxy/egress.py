@@ -27,9 +27,15 @@ import aiohttp
 from aiohttp.abc import AbstractResolver, ResolveResult
 
 from effect_broker.config.egress import EgressPolicy, default_rules
-from effect_broker.config.hosts import Host, canonical_host, host_of_address
+from effect_broker.config.hosts import (
+    Host,
+    canonical_host,
+    host_of_address,
+    lookup_refusal,
+)
 from effect_broker.engine.upstream import one_try, upstream_tls
-from effect_broker.errors import EgressRefused
+from effect_broker.errors import EgressRefused, MalformedRequest
+from effect_broker.proxy.edge_input import printable
 
 #: Hosts as written that passed the policy, remembered up to this many (then forgotten).
 PASSED_CACHE_SIZE = 4096
@@ -62,10 +68,16 @@ class EgressGuard:
         self._passed.clear()
 
     def check(self, host: str, port: int) -> Host:
-        """The identity of ``host`` as written; ``EgressRefused`` if policy refuses it."""
+        """The identity of ``host`` as written; ``EgressRefused`` if policy refuses it,
+        ``MalformedRequest`` if no resolver could look it up (see ``lookup_refusal``)."""
         passed = self._passed.get((host, port))
         if passed is not None:
             return passed
+        unusable = lookup_refusal(host)
+        if unusable is not None:
+            raise MalformedRequest(
+                f"{printable(host[:100])!r} is not a host name or IP address: {unusable}"
+            )
         written = canonical_host(host)
         refusal = self.policy.refusal(port, written)
         if refusal is not None:

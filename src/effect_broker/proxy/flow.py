@@ -8,6 +8,7 @@ the engine did as an answer. Every answer for a matched route carries ``Effect-I
 
 from __future__ import annotations
 
+import logging
 import time
 import unicodedata
 from datetime import UTC, datetime, timedelta
@@ -18,7 +19,7 @@ from opentelemetry import trace
 from opentelemetry.trace import SpanKind
 
 from effect_broker.canonical import canonical_body, canonical_query, request_hash
-from effect_broker.config.contracts import Contract, Route
+from effect_broker.config.contracts import Contract, DuplicateGuard, Route
 from effect_broker.config.paths import RequestPath
 from effect_broker.engine.engine import Intent
 from effect_broker.engine.messages import StoredRequest, StoredResponse
@@ -33,6 +34,7 @@ from effect_broker.engine.results import (
     Unknowable,
     Unknown,
 )
+from effect_broker.engine.stream import STREAMED_HEADER
 from effect_broker.engine.targets import upstream_url
 from effect_broker.errors import (
     BodyTooLarge,
@@ -44,16 +46,24 @@ from effect_broker.errors import (
     PayloadMismatch,
     ResolvedByOperator,
     SendWithheld,
+    SuspectedDuplicate,
     UpstreamBusy,
     UpstreamTLS,
     UpstreamUnreachable,
 )
-from effect_broker.headers import preferred_wait, upstream_request_headers
+from effect_broker.headers import (
+    REPEAT_HEADER,
+    REPEAT_INTENTIONAL,
+    preferred_wait,
+    upstream_request_headers,
+)
 from effect_broker.models import Effect, ReceiptSource, SafetyClass
 from effect_broker.problems import effect_headers, problem_response
 from effect_broker.proxy.edge_input import printable
+from effect_broker.proxy.live_answer import stream_recorded
 from effect_broker.proxy.receipt_cache import SettledReplay, prunable_at
 from effect_broker.proxy.state import ProxyState
+from effect_broker.ratelimited_log import RateLimitedLog
 from effect_broker.tracing import (
     current_context_headers,
     incoming_context,
@@ -61,6 +71,10 @@ from effect_broker.tracing import (
     tracer,
     untraced,
 )
+
+log = logging.getLogger("effect_broker.proxy")
+#: One line per route a minute at most: a client re-minting keys repeats itself.
+duplicate_log = RateLimitedLog(log)
 
 MAX_OPERATION_KEY = 255
 PAYLOAD_MISMATCH = (
@@ -119,12 +133,16 @@ async def read_body(request: web.Request, limit: int) -> bytes:
 def stored_response_to_web(
     response: StoredResponse, effect: Effect, *, replayed: bool
 ) -> web.Response:
+    """A stored answer; one that was streamed is framed as it was (chunked)."""
     headers: list[tuple[str, str]] = [
         (name, value)
         for name, value in response.headers
         if name.lower() not in ("effect-id", "effect-status", "content-length")
+        and name != STREAMED_HEADER
     ]
     out = web.Response(status=response.status, reason=response.reason or None)
+    if any(name == STREAMED_HEADER for name, _ in response.headers):
+        out.enable_chunked_encoding()
     for name, value in headers:
         out.headers.add(name, value)
     out.headers.update(effect_headers(effect))
@@ -197,6 +215,11 @@ class EffectRequest:
             if cached.effect.request_hash != fingerprint:
                 return self._answer(Conflict(cached.effect))
             return self._answer(Replayed(cached.effect, cached.response, cached.source))
+        guard = self.contract.duplicate_guard
+        if guard is not None and not declared_repeat(self.request):
+            held = await self._suspected_duplicate(guard, key, fingerprint)
+            if held is not None:
+                return held
         outcome = await self.state.engine.submit(
             Intent(
                 tenant=self.tenant,
@@ -209,9 +232,53 @@ class EffectRequest:
             )
         )
         self.upstream_seconds += outcome.upstream_seconds
+        if isinstance(outcome, Answered) and outcome.attempt.stream is not None:
+            try:
+                return await stream_recorded(self.request, outcome)
+            finally:  # the body's time at the target is not the proxy's overhead
+                self.upstream_seconds += outcome.attempt.stream.elapsed
         if isinstance(outcome, Answered) and outcome.attempt.overflow is not None:
             return await self._stream_overflow(outcome)
         return self._answer(outcome)
+
+    async def _suspected_duplicate(
+        self, guard: DuplicateGuard, key: str, fingerprint: str
+    ) -> web.Response | None:
+        """Warn about, or hold, a new key whose request equals a recent effect's."""
+        earlier = await self.state.store.recent_duplicate(
+            self.tenant, self.route.name, fingerprint, key, guard.window
+        )
+        if earlier is None:
+            return None
+        self.state.metrics.suspected_duplicates.labels(
+            self.route.name, guard.action
+        ).inc()
+        ago = max(0, int((datetime.now(UTC) - earlier.created_at).total_seconds()))
+        duplicate_log.warning(
+            f"suspected-duplicate:{self.route.name}",
+            "route %s: a new operation key carries the same request as effect %s, "
+            "%ss ago (duplicate_payload_window: %s)",
+            self.route.name,
+            earlier.effect_id,
+            ago,
+            guard.action,
+        )
+        if guard.action != "hold":
+            return None
+        return problem_response(
+            SuspectedDuplicate(
+                f"this request equals effect {earlier.effect_id}'s, sent {ago}s ago on "
+                f"route {self.route.name} under another {self.route.operation_key_header}"
+                ", so it was not sent. A retry of that intent must reuse its key "
+                f"({earlier.operation_key!r}); a new intent that happens to look the "
+                f"same goes through with '{REPEAT_HEADER}: {REPEAT_INTENTIONAL}'"
+            ),
+            extra={
+                "earlier_effect_id": str(earlier.effect_id),
+                "earlier_operation_key": earlier.operation_key,
+                "earlier_created_at": earlier.created_at.isoformat(),
+            },
+        )
 
     def _answer(self, outcome: Outcome) -> web.Response:
         """Render what the engine did: the target's answer, a receipt, or a problem."""
@@ -427,6 +494,12 @@ def _resolved_by_operator(effect: Effect, receipt: StoredResponse) -> web.Respon
             "external_id": verdict.external_id,
         },
     )
+
+
+def declared_repeat(request: web.Request) -> bool:
+    """The client says this equal payload under a new key is meant (a second order)."""
+    value = request.headers.get(REPEAT_HEADER, "")
+    return value.strip().lower() == REPEAT_INTENTIONAL
 
 
 def is_absolute_form(request: web.Request) -> bool:

@@ -40,6 +40,7 @@ from effect_broker.errors import (
     EffectBrokerError,
     MalformedRequest,
     ProxyAuthenticationRequired,
+    TooManyFailedCredentials,
 )
 from effect_broker.problems import problem_bytes
 from effect_broker.proxy.edge import ConnectionGate, EdgeRequestHandler
@@ -269,11 +270,16 @@ class Interception:
         tenant = None
         if self.gateway is not None:
             try:
-                tenant = await self.gateway.tenant_for(proxy_authorization(head))
+                tenant = await self.gateway.tenant_for(
+                    proxy_authorization(head), peer_address(transport)
+                )
             except ProxyAuthenticationRequired as exc:
                 _refuse(
                     transport, exc, {"Proxy-Authenticate": 'Basic realm="effect-broker"'}
                 )
+                return False
+            except TooManyFailedCredentials as exc:
+                transport.write(problem_bytes(exc, retry_after=exc.retry_after))
                 return False
         if rest:
             _refuse(
@@ -330,6 +336,12 @@ class Interception:
         if holding.eof:
             handler.eof_received()
         return True
+
+
+def peer_address(transport: asyncio.BaseTransport) -> str | None:
+    """The client's IP address, as aiohttp's ``request.remote`` gives it."""
+    peer = transport.get_extra_info("peername")
+    return str(peer[0]) if isinstance(peer, tuple) and peer else None
 
 
 def proxy_authorization(head: bytes) -> str | None:

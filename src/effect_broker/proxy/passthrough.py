@@ -38,6 +38,7 @@ from effect_broker.errors import (
 )
 from effect_broker.headers import passthrough_request_headers, response_headers
 from effect_broker.problems import problem_response
+from effect_broker.proxy.body_deadline import timed_out_body
 from effect_broker.proxy.edge import EDGE_LIMITS
 from effect_broker.proxy.egress import EgressGuard
 
@@ -101,6 +102,9 @@ async def pass_through(
             UpstreamUnreachable(f"could not reach {request.host}: {exc}"), status=502
         )
     except (aiohttp.ClientError, OSError) as exc:
+        if (late := timed_out_body(request)) is not None:
+            # The client's body never arrived in full, so neither did the request.
+            raise late from None
         # Connected, so the request may have arrived whole: never "nothing was sent".
         return problem_response(
             OutcomeUnknown(

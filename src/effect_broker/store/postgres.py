@@ -33,6 +33,7 @@ from effect_broker.state_machine import check_transition
 from effect_broker.store.coalesced import CoalescedWrites
 from effect_broker.store.keys import LedgerKeys
 from effect_broker.store.migrations import Migration, apply_migrations, pending_migrations
+from effect_broker.store.pool_log import quiet_pool_reconnects
 from effect_broker.store.reads import LedgerReads
 from effect_broker.store.rows import effect_of
 from effect_broker.store.running_calls import RunningCalls
@@ -73,6 +74,7 @@ class Store(CoalescedWrites, LedgerReads, LedgerKeys, RunningCalls):
 
     @classmethod
     async def connect(cls, dsn: str, *, min_size: int = 1, max_size: int = 10) -> Store:
+        quiet_pool_reconnects()
         async with translated():
             pool = await asyncpg.create_pool(
                 dsn,
@@ -288,6 +290,19 @@ class Store(CoalescedWrites, LedgerReads, LedgerKeys, RunningCalls):
             delay,
             actor,
             error,
+        )
+
+    async def renew_lease(
+        self, effect: Effect, *, owner: str, lease: timedelta
+    ) -> Effect:
+        """Extend a DISPATCHING effect's lease to ``lease`` from now, for its holder.
+
+        Fenced by version like every write, and the version moves on: a worker that
+        read the effect while the old lease looked expired cannot take it over after
+        this commit. ``StaleVersion`` when someone else moved it first.
+        """
+        return await self._write_one(
+            "renew_lease", effect, effect.effect_id, effect.version, owner, lease
         )
 
     async def record_receipt(

@@ -195,6 +195,25 @@ SELECT moved.*, append_effect_event(
 ) IS NOT NULL AS event_written
 FROM moved;
 
+-- renew_lease --
+-- Extend the lease of an attempt still sending or streaming, only for its holder.
+WITH moved AS (
+    UPDATE effects SET
+        version = version + 1,
+        lease_expires_at = now() + $4::interval,
+        due_at = now() + $4::interval,
+        updated_at = now()
+    WHERE effect_id = $1 AND version = $2 AND status = 'dispatching'
+      AND lease_owner = $3
+    RETURNING effects.*
+)
+SELECT moved.*, append_effect_event(
+    moved.effect_id, moved.version, 'lease_renewed', 'dispatching', 'dispatching', $3,
+    jsonb_build_object('lease_seconds', extract(epoch FROM $4::interval)),
+    moved.updated_at
+) IS NOT NULL AS event_written
+FROM moved;
+
 -- claim_due --
 -- Lease up to $1 effects whose wake-up time has passed, skipping rows others hold.
 WITH due AS (
@@ -339,6 +358,27 @@ SELECT route, status, count(*) AS effects, min(updated_at) AS oldest
 FROM effects
 WHERE status IN ('outcome_unknown', 'manual_review')
 GROUP BY route, status;
+
+-- recent_duplicate --
+-- The newest live effect on a route with the same request as a key new to the ledger.
+SELECT e.effect_id, e.operation_key, e.created_at
+FROM effects e
+WHERE e.tenant_id = $1 AND e.route = $2 AND e.request_hash = $3
+  AND e.created_at > now() - $5::interval
+  AND e.operation_key <> $4
+  -- one that failed for good did not happen: a new key is how it is tried again
+  AND e.status <> 'failed_final'
+  AND NOT EXISTS (
+      SELECT 1 FROM effects k WHERE k.tenant_id = $1 AND k.operation_key = $4)
+ORDER BY e.created_at DESC
+LIMIT 1;
+
+-- operation_key_usage --
+-- Per route, effects created in the last $1 and how many distinct requests they carry.
+SELECT route, count(*) AS effects, count(DISTINCT (tenant_id, request_hash)) AS requests
+FROM effects
+WHERE created_at > now() - $1::interval
+GROUP BY route;
 
 -- clock --
 -- The database's idea of now, to measure clock skew against leases.

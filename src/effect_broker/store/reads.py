@@ -6,7 +6,7 @@ tenants, and it carries no tenant in its labels.
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 from uuid import UUID
 
 import asyncpg
@@ -14,6 +14,7 @@ import asyncpg
 from effect_broker.errors import EffectNotFound
 from effect_broker.models import (
     Attempt,
+    EarlierEffect,
     Effect,
     EffectEvent,
     EffectFilter,
@@ -44,6 +45,37 @@ class LedgerReads:
             (row["route"], EffectStatus(row["status"]), row["effects"], row["oldest"])
             for row in rows
         ]
+
+    async def recent_duplicate(
+        self,
+        tenant_id: str,
+        route: str,
+        request_hash: str,
+        operation_key: str,
+        window: timedelta,
+    ) -> EarlierEffect | None:
+        """The newest effect on ``route`` within ``window`` whose request equals this
+        one's, when ``operation_key`` is new to the ledger (a retry of a known key is
+        never a suspect)."""
+        async with translated():
+            row = await self._pool.fetchrow(
+                self._sql["recent_duplicate"],
+                tenant_id,
+                route,
+                request_hash,
+                operation_key,
+                window,
+            )
+        if row is None:
+            return None
+        return EarlierEffect(row["effect_id"], row["operation_key"], row["created_at"])
+
+    async def operation_key_usage(self, window: timedelta) -> list[tuple[str, int, int]]:
+        """(route, effects, distinct requests) of effects created within ``window``,
+        across tenants: for doctor's key-scope check, which names routes only."""
+        async with translated():
+            rows = await self._pool.fetch(self._sql["operation_key_usage"], window)
+        return [(row["route"], row["effects"], row["requests"]) for row in rows]
 
     async def get(self, tenant_id: str, effect_id: UUID) -> Effect:
         async with translated():

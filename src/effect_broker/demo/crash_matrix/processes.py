@@ -181,6 +181,11 @@ class Target:
         """Arm ``hang_after_commit``: the next charge commits and is never answered."""
         await self.arm("hang_after_commit")
 
+    async def stream_next_answer(self) -> None:
+        """Arm ``stream_after_commit``: the next charge commits, and its answer goes
+        out as a chunked stream that stops after half of its body."""
+        await self.arm("stream_after_commit")
+
     async def wait_for_charge(self) -> None:
         async def committed() -> bool | None:
             return True if await self.charges() >= 1 else None

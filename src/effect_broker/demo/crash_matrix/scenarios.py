@@ -24,6 +24,7 @@ from effect_broker.demo.crash_matrix.verdicts import (
     CONCURRENT_AGENTS,
     NAIVE,
     SIGKILL_IN_FLIGHT,
+    SIGKILL_MID_STREAM,
     TOMBSTONE_RACE,
     ZOMBIE,
     Observation,
@@ -53,6 +54,22 @@ async def sigkill_in_flight(cell: Cell) -> Observation:
     proxy = await cell.start_proxy()
     async with asking(cell.run_agent(proxy.url)) as result:
         await target.wait_for_charge()
+        proxy.process.signal(signal.SIGKILL)
+        await proxy.process.wait_exit(DEATH_TIMEOUT)
+        await cell.restart(proxy)
+    return await observe(cell, target, [await result])
+
+
+async def sigkill_mid_stream(cell: Cell) -> Observation:
+    """The target committed and is streaming its answer; the proxy, passing the stream
+    on while it records it, is SIGKILLed with half of the body through."""
+    target = await cell.start_target()
+    await target.stream_next_answer()
+    proxy = await cell.start_proxy()
+    async with asking(cell.run_agent(proxy.url)) as result:
+        await target.wait_for_log(
+            "answer streaming", "the target to stream half of its answer"
+        )
         proxy.process.signal(signal.SIGKILL)
         await proxy.process.wait_exit(DEATH_TIMEOUT)
         await cell.restart(proxy)
@@ -198,6 +215,7 @@ async def run_scenario(cell: Cell) -> Observation:
         return await crash_at_failpoint(cell, cell.scenario)
     scenarios: dict[str, Callable[[Cell], Awaitable[Observation]]] = {
         SIGKILL_IN_FLIGHT: sigkill_in_flight,
+        SIGKILL_MID_STREAM: sigkill_mid_stream,
         CONCURRENT: concurrent,
         ZOMBIE: zombie,
         TOMBSTONE_RACE: tombstone_race,

@@ -17,6 +17,9 @@ from effect_broker.demo.crash_matrix.ledger import Ledger
 TRANSACTIONAL = "transactional"
 MODES = ("idempotent", "reconcilable", "unsafe", TRANSACTIONAL)
 SIGKILL_IN_FLIGHT = "sigkill-in-flight"
+#: the target commits, then streams its answer (chunked) and stops halfway: the proxy is
+#: SIGKILLed while it passes that stream on.
+SIGKILL_MID_STREAM = "sigkill-mid-stream"
 CONCURRENT = "10-concurrent"
 ZOMBIE = "zombie"
 NAIVE = "naive"
@@ -30,6 +33,7 @@ TRANSACTIONAL_ONLY = frozenset({TOMBSTONE_RACE, COMMIT_RACE})
 SCENARIOS = (
     *failpoints.ALL,
     SIGKILL_IN_FLIGHT,
+    SIGKILL_MID_STREAM,
     CONCURRENT,
     ZOMBIE,
     TOMBSTONE_RACE,
@@ -43,6 +47,7 @@ AMBIGUOUS = frozenset(
         failpoints.BEFORE_UPSTREAM_SEND,
         failpoints.AFTER_UPSTREAM_RESPONSE,
         SIGKILL_IN_FLIGHT,
+        SIGKILL_MID_STREAM,
         ZOMBIE,
     }
 )

@@ -151,15 +151,45 @@ async def _read_charge(request: web.Request) -> ChargeRequest | Answer:
         return error(400, f"invalid charge: {exc}")
 
 
-async def _deliver(request: web.Request, answer: Answer) -> Answer:
+class StreamedAnswer(web.StreamResponse):
+    """An answer sent as a stream (chunked, no Content-Length), with its outcome."""
+
+    def __init__(self, answer: Answer) -> None:
+        super().__init__(status=answer.status)
+        for name, value in answer.headers.items():
+            if name.lower() != "content-length":
+                self.headers[name] = value
+        self.outcome = f"{answer.outcome}, streamed and cut (fault stream_after_commit)"
+
+
+async def _deliver(request: web.Request, answer: Answer) -> web.StreamResponse:
     """Send a committed charge's answer, unless a fault says to lose it.
 
     A withheld answer models the worst case for any retrying client: the charge is
     committed, yet the caller sees only a timeout. The handler sleeps far longer than
     any client waits; stopping the server cancels it, dropping the connection unanswered.
+    A streamed answer (``stream_after_commit``) is the same loss in the middle of a
+    body: its first half goes out chunked, the rest never does.
     """
     faults = request.app[FAULTS]
     prefixes = request.app[SETTINGS].hang_prefixes
+    if faults.take("stream_after_commit"):
+        streamed = StreamedAnswer(answer)
+        await streamed.prepare(request)
+        body = answer.body if isinstance(answer.body, bytes) else b""
+        await streamed.write(body[: len(body) // 2])
+        log.info(
+            "%s %s %s -> %s, answer streaming: %d of %d bytes sent (fault "
+            "stream_after_commit)",
+            request.method,
+            request.path_qs,
+            _subject(request),
+            answer.outcome,
+            len(body) // 2,
+            len(body),
+        )
+        await _hang(faults)
+        return streamed
     if not (request.path.startswith(prefixes) or faults.take("hang_after_commit")):
         return answer
     log.info(
@@ -169,6 +199,12 @@ async def _deliver(request: web.Request, answer: Answer) -> Answer:
         _subject(request),
         answer.outcome,
     )
+    await _hang(faults)
+    return answer
+
+
+async def _hang(faults: Faults) -> None:
+    """Far longer than any client waits; the server's shutdown cancels it."""
     task = asyncio.current_task()
     assert task is not None
     faults.withheld.add(task)
@@ -176,10 +212,9 @@ async def _deliver(request: web.Request, answer: Answer) -> Answer:
         await asyncio.sleep(HANG_SECONDS)
     finally:
         faults.withheld.discard(task)
-    return answer
 
 
-async def post_idempotent(request: web.Request) -> Answer:
+async def post_idempotent(request: web.Request) -> web.StreamResponse:
     """Charge once per ``Idempotency-Key``: replay on repeat, 422 on payload drift."""
     key = request.headers.get(IDEMPOTENCY_HEADER)
     if not key:
@@ -205,7 +240,7 @@ async def post_idempotent(request: web.Request) -> Answer:
     return await _deliver(request, answer)
 
 
-async def post_reconcilable(request: web.Request) -> Answer:
+async def post_reconcilable(request: web.Request) -> web.StreamResponse:
     """Always charge, recording ``X-Correlation-Id`` so the charge can be looked up."""
     correlation_id = request.headers.get(CORRELATION_HEADER)
     if not correlation_id:
@@ -238,7 +273,7 @@ async def get_reconcilable(request: web.Request) -> Answer:
     return Answer(200, found, "found")
 
 
-async def post_unsafe(request: web.Request) -> Answer:
+async def post_unsafe(request: web.Request) -> web.StreamResponse:
     """Always charge; there is no key and no way to ask afterwards what happened."""
     charge = await _read_charge(request)
     if isinstance(charge, Answer):
@@ -248,7 +283,7 @@ async def post_unsafe(request: web.Request) -> Answer:
     return await _deliver(request, answer)
 
 
-async def post_transactional(request: web.Request) -> Answer:
+async def post_transactional(request: web.Request) -> web.StreamResponse:
     """Charge and store the receipt for ``Effect-Attempt-Key`` in one transaction."""
     try:
         attempt_key = read_attempt_key(request.headers)
@@ -292,7 +327,8 @@ async def get_faults(request: web.Request) -> Answer:
 
 
 async def arm_faults(request: web.Request) -> Answer:
-    """Set fault counts from ``{"hang_after_commit": n, "fail_before_commit": n}``
+    """Set fault counts from ``{"hang_after_commit": n, "fail_before_commit": n,
+    "stream_after_commit": n}``
     (and, in transactional mode, ``hold_before_receipt`` and ``hold_before_commit``)."""
     faults = request.app[FAULTS]
     try:

@@ -19,7 +19,7 @@ from typing import Any
 
 log = logging.getLogger("payment_target")
 
-EVERY_MODE = ("hang_after_commit", "fail_before_commit")
+EVERY_MODE = ("hang_after_commit", "fail_before_commit", "stream_after_commit")
 HOLDS = ("hold_before_receipt", "hold_before_commit")
 
 
@@ -31,6 +31,7 @@ class Faults:
     transactional: bool = False
     hang_after_commit: int = 0
     fail_before_commit: int = 0
+    stream_after_commit: int = 0
     hold_before_receipt: int = 0
     hold_before_commit: int = 0
     #: Handler tasks currently withholding an answer or holding a transaction,
