@@ -7,7 +7,9 @@ FROM python:3.11-slim AS build
 WORKDIR /src
 COPY pyproject.toml README.md LICENSE ./
 COPY src ./src
-RUN pip wheel --no-cache-dir --wheel-dir /wheels .
+# The server is the package's `server` extra (the bare package is the agent-side
+# client); every wheel built here, the server's libraries included, is installed below.
+RUN pip wheel --no-cache-dir --wheel-dir /wheels '.[server]'
 
 FROM python:3.11-slim
 RUN groupadd --system --gid 10001 broker \

@@ -1,7 +1,8 @@
 """Shared fixtures: one real PostgreSQL per session, one fresh database per test.
 
-The server is ``EFFECT_BROKER_TEST_DATABASE_URL`` when set, else an embedded PostgreSQL in
-a temporary directory. A template database is migrated once; each test clones it with
+The server is ``EFFECT_BROKER_TEST_DATABASE_URL`` when set, else an embedded PostgreSQL
+in a folder of this run's own (or a container, asked for explicitly): see
+tests/database.py. A template database is migrated once; each test clones it with
 ``CREATE DATABASE ... TEMPLATE``, which costs milliseconds and isolates every test.
 """
 
@@ -9,20 +10,16 @@ from __future__ import annotations
 
 import asyncio
 import os
-import shutil
-import tempfile
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
-import asyncpg
 import pytest
 
-from effect_broker.embedded import embedded_postgres
 from effect_broker.store import Store
 from effect_broker.store.migrations import apply_migrations
+from tests.database import connect_admin, session_server, with_database
 
 INTEGRATION_DIR = Path(__file__).parent / "integration"
 
@@ -46,38 +43,20 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.postgres)
 
 
-def with_database(dsn: str, database: str) -> str:
-    """The same server DSN pointing at another database."""
-    parts = urlsplit(dsn)
-    return urlunsplit(parts._replace(path="/" + database))
-
-
 @pytest.fixture(scope="session")
 def server_dsn() -> Iterator[str]:
-    """The test server. An embedded one lives outside pytest's own temporary folder:
-    pytest makes that folder private (0700) again at the start of every session, and
-    the embedded server, run as its own system user when tests run as root, then loses
-    its data directory under it whenever a second pytest starts on the machine."""
-    external = os.environ.get("EFFECT_BROKER_TEST_DATABASE_URL")
-    if external:
-        yield external
-        return
-    home = Path(tempfile.mkdtemp(prefix="effect-broker-test-pg-"))
-    home.chmod(0o755)
-    try:
-        with embedded_postgres(home / "data", durable=False, keep_data=False) as dsn:
-            yield dsn
-    finally:
-        shutil.rmtree(home, ignore_errors=True)
+    """The test server (see tests/database.py for where it comes from)."""
+    with session_server() as dsn:
+        yield dsn
 
 
 async def _create_template(server: str, name: str) -> None:
-    admin = await asyncpg.connect(server)
+    admin = await connect_admin(server)
     try:
         await admin.execute(f'CREATE DATABASE "{name}"')
     finally:
         await admin.close()
-    conn = await asyncpg.connect(with_database(server, name))
+    conn = await connect_admin(with_database(server, name))
     try:
         await apply_migrations(conn)
     finally:
@@ -85,7 +64,7 @@ async def _create_template(server: str, name: str) -> None:
 
 
 async def _drop_database(server: str, name: str) -> None:
-    admin = await asyncpg.connect(server)
+    admin = await connect_admin(server)
     try:
         await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
     finally:
@@ -104,7 +83,7 @@ def template_database(server_dsn: str) -> Iterator[str]:
 async def empty_database_url(server_dsn: str) -> AsyncIterator[str]:
     """A database with no schema at all, for migration tests."""
     name = f"eb_empty_{uuid.uuid4().hex[:12]}"
-    admin = await asyncpg.connect(server_dsn)
+    admin = await connect_admin(server_dsn)
     try:
         await admin.execute(f'CREATE DATABASE "{name}"')
     finally:
@@ -117,7 +96,7 @@ async def empty_database_url(server_dsn: str) -> AsyncIterator[str]:
 async def database_url(server_dsn: str, template_database: str) -> AsyncIterator[str]:
     """A freshly migrated database of this test's own."""
     name = f"eb_test_{uuid.uuid4().hex[:12]}"
-    admin = await asyncpg.connect(server_dsn)
+    admin = await connect_admin(server_dsn)
     try:
         await admin.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template_database}"')
     finally:

@@ -6,7 +6,7 @@ no embedded server), with the ``effect-broker`` of this installation first on ``
 The addresses the pages use (proxy 8080, admin 8081, demo target 9000) are moved to
 free ports, the only change made to a block's text. A block a machine like this cannot
 run (a cluster, the network, a command that serves until stopped) carries its reason
-in the page source; see ``snippets.py``.
+in the page source; see ``docs_support.py``.
 """
 
 from __future__ import annotations
@@ -16,13 +16,14 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 
 import pytest
 
-from tests.docs.snippets import Action, Snippet, snippets
+from tests.docs.docs_support import Action, Snippet, snippets
+from tests.support import poll
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
@@ -79,19 +80,17 @@ def stop(process: subprocess.Popen[bytes]) -> None:
         process.wait(timeout=10)
 
 
-def wait_until_ready(
-    process: subprocess.Popen[bytes], log: Path, snippet: Snippet
-) -> None:
-    deadline = time.monotonic() + READY_TIMEOUT
-    while snippet.ready_text not in log.read_text(errors="replace"):
-        if process.poll() is not None:
-            pytest.fail(
-                f"{snippet.where} exited ({process.returncode}) before printing "
-                f"{snippet.ready_text!r}:\n{log.read_text(errors='replace')}"
-            )
-        if time.monotonic() > deadline:
-            pytest.fail(f"{snippet.where}: no {snippet.ready_text!r} in time")
-        time.sleep(0.1)
+def is_ready(process: subprocess.Popen[bytes], log: Path, snippet: Snippet) -> bool:
+    """Whether the background block printed its ready text; fails if it exited."""
+    output = log.read_text(errors="replace")
+    if snippet.ready_text in output:
+        return True
+    if process.poll() is not None:
+        pytest.fail(
+            f"{snippet.where} exited ({process.returncode}) before printing "
+            f"{snippet.ready_text!r}:\n{output}"
+        )
+    return False
 
 
 @pytest.fixture
@@ -111,7 +110,7 @@ def test_every_page_marks_its_blocks_readably() -> None:
 
 @pytest.mark.postgres
 @pytest.mark.parametrize("page", PAGES, ids=lambda page: page.stem)
-def test_the_page_runs_as_written(
+async def test_the_page_runs_as_written(
     page: Path,
     empty_database_url: str,
     tmp_path: Path,
@@ -138,7 +137,12 @@ def test_the_page_runs_as_written(
                     start_new_session=True,
                 )
             background.append(process)
-            wait_until_ready(process, log, snippet)
+            await poll(
+                partial(is_ready, process, log, snippet),
+                within=READY_TIMEOUT,
+                every=0.1,
+                what=f"{snippet.where} to print {snippet.ready_text!r}",
+            )
             continue
         done = subprocess.run(
             command(snippet, code),

@@ -20,7 +20,7 @@ import asyncio
 import sqlite3
 from collections import Counter, defaultdict
 from collections.abc import Sequence
-from contextlib import suppress
+from contextlib import closing, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -110,7 +110,7 @@ async def read_ledger(
 
 
 def read_charges(target_db: Path) -> dict[str, list[float]]:
-    with sqlite3.connect(target_db) as conn:
+    with closing(sqlite3.connect(target_db)) as conn:
         rows = conn.execute("SELECT order_id, created_at FROM charges").fetchall()
     charges: dict[str, list[float]] = defaultdict(list)
     for order_id, created in rows:

@@ -28,7 +28,7 @@ from effect_broker.demo.crash_matrix.processes import CellError, Process, spawn
 from effect_broker.demo.crash_matrix.processes import poll as poll
 from effect_broker.embedded import _server_module
 from effect_broker.store.migrations import apply_migrations
-from tests.conftest import with_database
+from tests.database import with_database
 
 TARGET_MODULE = payment_target.MODULE
 #: ``effect-broker serve`` alone, so the suite does not depend on every CLI group.

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import sqlite3
 from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import AsyncExitStack, asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager, closing
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -96,7 +96,7 @@ class Broker:
 
     def charges(self, order_id: str | None = None) -> list[dict[str, Any]]:
         """Rows in the target's own charges table: what really happened."""
-        with sqlite3.connect(self.target_db) as conn:
+        with closing(sqlite3.connect(self.target_db)) as conn:
             conn.row_factory = sqlite3.Row
             rows = conn.execute(
                 "SELECT * FROM charges WHERE ?1 IS NULL OR order_id = ?1 ORDER BY rowid",

@@ -11,12 +11,25 @@ from collections import Counter
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Annotated, Any
 
 import uvicorn
+from mcp import ClientSession
+from mcp.client.client import Client
+from mcp.client.streamable_http import streamable_http_client
 from mcp.server.mcpserver import Context, Elicit, MCPServer, Resolve
 from pydantic import BaseModel
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from tests.integration.harness import (
+    Answer,
+    Broker,
+    ledger_rows,
+    request,
+    running_broker,
+)
+from tests.support import poll
 
 
 @dataclass
@@ -277,4 +290,205 @@ def mcp_routes(
 ) -> str:
     return MCP_ROUTES.format(
         upstream=upstream, timeout=timeout, unclassified=unclassified
+    )
+
+
+@asynccontextmanager
+async def mcp_broker(
+    database_url: str, tmp_path: Path, store: ToolStore, **options: str
+) -> AsyncIterator[Broker]:
+    async with (
+        serve_mcp(store) as upstream,
+        running_broker(
+            database_url, tmp_path, routes=lambda _: mcp_routes(upstream, **options)
+        ) as broker,
+    ):
+        yield broker
+
+
+@asynccontextmanager
+async def client(broker: Broker) -> AsyncIterator[ClientSession]:
+    async with (
+        streamable_http_client(f"{broker.proxy_url}/mcp") as (read, write),
+        ClientSession(read, write) as session,
+    ):
+        await session.initialize()
+        yield session
+
+
+def structured(result: Any) -> Any:
+    return result.structured_content or json.loads(result.content[0].text)
+
+
+REVISION = "2026-07-28"
+
+
+@asynccontextmanager
+async def modern(broker: Broker) -> AsyncIterator[Client]:
+    """A client that probes ``server/discover`` and must land on the new revision
+    (``auto`` would fall back to the handshake silently, so it is checked)."""
+    async with Client(f"{broker.proxy_url}/mcp", mode="auto", cache=None) as client:
+        assert client.session.protocol_version == REVISION
+        yield client
+
+
+def calls_seen(store: ToolStore, tool: str) -> list[Seen]:
+    """Every tools/call of ``tool`` that reached the server."""
+    return [seen for seen in store.seen if seen.tool_call == tool]
+
+
+def envelope() -> dict[str, Any]:
+    return {
+        "io.modelcontextprotocol/protocolVersion": REVISION,
+        "io.modelcontextprotocol/clientCapabilities": {},
+    }
+
+
+async def raw_call(
+    broker: Broker,
+    request_id: str,
+    tool: str,
+    arguments: dict[str, Any],
+    *,
+    name_header: str | None = None,
+) -> Answer:
+    """One tools/call as the revision frames it, outside any SDK client."""
+    return await request(
+        "POST",
+        f"{broker.proxy_url}/mcp",
+        headers={
+            "Content-Type": "application/json",
+            "Accept": "application/json, text/event-stream",
+            "Mcp-Protocol-Version": REVISION,
+            "Mcp-Method": "tools/call",
+            "Mcp-Name": name_header or tool,
+        },
+        data=json.dumps(
+            {
+                "jsonrpc": "2.0",
+                "id": request_id,
+                "method": "tools/call",
+                "params": {"name": tool, "arguments": arguments, "_meta": envelope()},
+            }
+        ),
+    )
+
+
+DEADLINE = 10.0
+
+
+async def settled_rows(database_url: str) -> list[tuple[str, str]]:
+    """Poll the ledger until no effect is in flight any more (or fail at a deadline)."""
+    seen: list[tuple[str, str]] = []
+
+    async def settled() -> list[tuple[str, str]] | None:
+        seen[:] = [
+            (r["operation_key"], r["status"]) for r in await ledger_rows(database_url)
+        ]
+        if seen and all(status != "dispatching" for _, status in seen):
+            return list(seen)
+        return None
+
+    rows: list[tuple[str, str]] = await poll(
+        settled, within=DEADLINE, every=0.05, what=lambda: f"the effect to settle: {seen}"
+    )
+    return rows
+
+
+CANCELLED = "notifications/cancelled"
+
+
+def cancellations_seen(store: ToolStore) -> list[Any]:
+    """The ids named by every cancellation that reached the server."""
+    found = []
+    for seen in store.seen:
+        try:
+            message = json.loads(seen.body)
+        except ValueError:
+            continue
+        if isinstance(message, dict) and message.get("method") == CANCELLED:
+            found.append(message["params"]["requestId"])
+    return found
+
+
+HANDSHAKE = "2025-11-25"
+
+
+async def open_session(proxy_url: str) -> dict[str, str]:
+    """The 2025-11-25 handshake in raw POSTs; the headers every later message of the
+    session carries."""
+    headers = {
+        "Content-Type": "application/json",
+        "Accept": "application/json, text/event-stream",
+    }
+    hello = await request(
+        "POST",
+        f"{proxy_url}/mcp",
+        headers=headers,
+        data=json.dumps(
+            {
+                "jsonrpc": "2.0",
+                "id": 0,
+                "method": "initialize",
+                "params": {
+                    "protocolVersion": HANDSHAKE,
+                    "capabilities": {},
+                    "clientInfo": {"name": "raw", "version": "1"},
+                },
+            }
+        ),
+    )
+    assert hello.status == 200, hello
+    [session_id] = [v for k, v in hello.headers.items() if k.lower() == "mcp-session-id"]
+    session = {
+        **headers,
+        "Mcp-Session-Id": session_id,
+        "Mcp-Protocol-Version": HANDSHAKE,
+    }
+    ready = await request(
+        "POST",
+        f"{proxy_url}/mcp",
+        headers=session,
+        data=json.dumps({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+    )
+    assert ready.status == 202, ready
+    return session
+
+
+async def session_call(
+    proxy_url: str,
+    session: dict[str, str],
+    request_id: Any,
+    tool: str,
+    arguments: dict[str, Any],
+) -> Answer:
+    return await request(
+        "POST",
+        f"{proxy_url}/mcp",
+        headers=session,
+        data=json.dumps(
+            {
+                "jsonrpc": "2.0",
+                "id": request_id,
+                "method": "tools/call",
+                "params": {"name": tool, "arguments": arguments},
+            }
+        ),
+    )
+
+
+async def session_cancel(
+    proxy_url: str, session: dict[str, str], request_id: Any
+) -> Answer:
+    return await request(
+        "POST",
+        f"{proxy_url}/mcp",
+        headers=session,
+        data=json.dumps(
+            {
+                "jsonrpc": "2.0",
+                "method": CANCELLED,
+                "params": {"requestId": request_id, "reason": "gave up"},
+            }
+        ),
     )

@@ -8,13 +8,10 @@ kit must not depend on.
 
 from __future__ import annotations
 
-import asyncio
 import json
-import time
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from types import ModuleType
-from typing import Any, TypeVar
+from typing import Any
 
 import asyncpg
 import psycopg
@@ -24,21 +21,10 @@ from effect_broker.target import asyncpg as kit_asyncpg
 from effect_broker.target import psycopg as kit_psycopg
 from effect_broker.target.protocol import StoredAnswer
 
-T = TypeVar("T")
-
 CHARGES = (
     "CREATE TABLE IF NOT EXISTS charges"
     " (id serial PRIMARY KEY, attempt_key text NOT NULL)"
 )
-
-
-async def poll(look: Callable[[], Awaitable[T | None]], *, within: float = 10.0) -> T:
-    """Call ``look`` until it returns something other than None; fail at the deadline."""
-    deadline = time.monotonic() + within
-    while (found := await look()) is None:
-        assert time.monotonic() < deadline, "timed out"
-        await asyncio.sleep(0.02)
-    return found
 
 
 @dataclass(frozen=True)

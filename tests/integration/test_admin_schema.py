@@ -22,8 +22,7 @@ from schemathesis.config import SchemathesisConfig
 from schemathesis.engine import events, from_schema
 
 from effect_broker.models import EffectStatus
-from tests.integration.harness import PROBLEM_JSON, Answer, arm_faults
-from tests.integration.test_admin_api import (
+from tests.integration.admin_support import (
     IDEMPOTENT,
     RECONCILABLE,
     TOKEN,
@@ -34,6 +33,7 @@ from tests.integration.test_admin_api import (
     settled,
     unknown,
 )
+from tests.integration.harness import PROBLEM_JSON, Answer, arm_faults
 
 
 async def effects_in_every_status(admin: Admin) -> dict[str, str]:

@@ -9,25 +9,9 @@ import asyncio
 from pathlib import Path
 
 from tests.integration.harness import ledger_rows, running_broker
-from tests.integration.test_proxy_outcomes import charge, post
+from tests.integration.proxy_support import charge, post
+from tests.routes_yaml import one_idempotent_route
 
-ROUTES = """\
-version: 1
-contracts:
-  - name: payments.charge
-    version: "1"
-    safety: idempotent
-    idempotency_header: Idempotency-Key
-    key_retention: 1h
-    timeout: 300ms
-    retry_limit: 3
-routes:
-  - name: payments
-    match: {{method: POST, path: /payments/v1/charges}}
-    strip_prefix: /payments
-    upstream: {upstream}
-    contract: payments.charge
-"""
 UNAVAILABLE = (
     b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
 )
@@ -55,7 +39,9 @@ async def test_refusals_after_an_unknown_attempt_never_settle_it_as_not_done(
         async with running_broker(
             database_url,
             tmp_path,
-            routes=lambda _: ROUTES.format(upstream=upstream),
+            routes=lambda _: one_idempotent_route(
+                upstream, timeout="300ms", retry_limit=3
+            ),
             reconciler=False,
         ) as broker:
             url = f"{broker.proxy_url}/payments/v1/charges"

@@ -10,23 +10,23 @@ import asyncio
 import os
 import re
 import socket
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 from uuid import UUID
 
 import pytest
-from typer.testing import CliRunner, Result
+from typer.testing import CliRunner
 
 from effect_broker.cli import _register, app
 from effect_broker.cli.local_state import RunningUp
 from effect_broker.models import EffectStatus
-from tests.integration.test_admin_api import (
+from tests.integration.admin_support import (
     IDEMPOTENT,
     TOKEN,
     UNSAFE,
     Admin,
     admin_broker,
+    cli,
     settled,
     unknown,
 )
@@ -35,34 +35,10 @@ ANSI = re.compile(r"\x1b\[[0-9;]*m")
 BOLD_RED = "\x1b[1;31m"
 
 
-NO_UP = Path("/nonexistent/effect-broker-data")
-
-
 @pytest.fixture
 async def admin(database_url: str, tmp_path: Path) -> AsyncIterator[Admin]:
     async with admin_broker(database_url, tmp_path) as running:
         yield running
-
-
-async def cli(
-    admin: Admin, *args: str, token: str | None = TOKEN, env: dict[str, Any] | None = None
-) -> Result:
-    """Run ``effect-broker effects ARGS`` in a thread, with colours forced on."""
-    _register()
-    argv: Sequence[str] = ["effects", *args, "--admin-url", admin.url]
-    if token is not None:
-        argv = [*argv, "--token", token]
-    environment = {
-        "FORCE_COLOR": "1",
-        "NO_COLOR": None,
-        "COLUMNS": "250",
-        "EFFECT_BROKER_ADMIN_TOKEN": None,
-        "EFFECT_BROKER_ADMIN_URL": None,
-        "EFFECT_BROKER_DATA_DIR": str(NO_UP),  # never a developer's own ./.effect-broker
-        **(env or {}),
-    }
-    runner = CliRunner()
-    return await asyncio.to_thread(runner.invoke, app, argv, env=environment)
 
 
 def plain(text: str) -> str:

@@ -9,15 +9,15 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.test_admin_api import (
+from tests.integration.admin_support import (
     IDEMPOTENT,
     UNSAFE,
     Admin,
     admin_broker,
+    cli,
     settled,
     unknown,
 )
-from tests.integration.test_cli_effects import cli
 
 PIPE = {"COLUMNS": "80", "FORCE_COLOR": None, "NO_COLOR": "1"}
 HEADERS = ("ID", "STATUS", "SAFETY", "ROUTE", "OPERATION", "KEY", "TRIES", "AGE", "LAST")

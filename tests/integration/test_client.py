@@ -20,8 +20,8 @@ from effect_broker.client import (
     operation,
     operation_key,
 )
+from tests.integration.admin_support import UNSAFE, Admin, admin, order, settled, unknown
 from tests.integration.harness import Broker
-from tests.integration.test_admin_api import UNSAFE, Admin, admin, order, settled, unknown
 
 __all__ = ["admin"]  # the fixture, used by name
 

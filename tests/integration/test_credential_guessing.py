@@ -20,8 +20,8 @@ import pytest
 from effect_broker.credential_budget import CredentialBudget
 from effect_broker.store import Store
 from effect_broker.tenancy import new_api_key
+from tests.integration.gateway_support import basic, charge, make_key
 from tests.integration.harness import PROBLEMS, address, request, running_broker
-from tests.integration.test_gateway import basic, charge, make_key
 from tests.integration.tls_support import TlsWorld
 
 BURST = 5

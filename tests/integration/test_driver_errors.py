@@ -20,7 +20,7 @@ from tests.integration.harness import (
     ledger_rows,
     running_broker,
 )
-from tests.integration.test_proxy_outcomes import charge, post
+from tests.integration.proxy_support import charge, post
 
 UNAVAILABLE: list[Exception] = [
     ConnectionResetError("connection reset by peer"),

@@ -24,25 +24,11 @@ from tests.integration.harness import (
     running_broker,
     serve_handler,
 )
-from tests.integration.test_proxy_outcomes import charge, post
+from tests.integration.proxy_support import charge, post
+from tests.integration.workers_support import serving  # routes: /pay/v1/charges
+from tests.routes_yaml import one_idempotent_route
 
 WORK = 1.0  # seconds the target takes
-ROUTES = """\
-version: 1
-contracts:
-  - name: payments.charge
-    version: "1"
-    safety: idempotent
-    idempotency_header: Idempotency-Key
-    key_retention: 1h
-    timeout: 5s
-routes:
-  - name: payments
-    match: {{method: POST, path: /payments/v1/charges}}
-    strip_prefix: /payments
-    upstream: {upstream}
-    contract: payments.charge
-"""
 
 
 class SlowTarget:
@@ -70,7 +56,7 @@ async def proxies(
                 running_broker(
                     database_url,
                     tmp_path / f"proxy-{n}",
-                    routes=lambda _: ROUTES.format(upstream=upstream),
+                    routes=lambda _: one_idempotent_route(upstream),
                     master_key=key,
                     reconciler=False,
                 )
@@ -163,7 +149,6 @@ async def test_duplicates_spread_over_two_workers_wait_for_the_first_answer(
     """``serve --workers 2``: pairs of requests 100 ms apart, each on a fresh
     connection so the kernel spreads them over both workers: every duplicate is a
     replay answered with its first, one upstream call per key."""
-    from tests.integration.test_workers import serving  # its routes: /pay/v1/charges
 
     target = SlowTarget()
     async with (

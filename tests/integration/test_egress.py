@@ -21,6 +21,7 @@ from aiohttp import web
 from aiohttp.abc import AbstractResolver, ResolveResult
 from yarl import URL
 
+from tests.integration.gateway_support import basic, make_key
 from tests.integration.harness import (
     PROBLEMS,
     ROUTES,
@@ -32,7 +33,6 @@ from tests.integration.harness import (
     serve_handler,
 )
 from tests.integration.outside import outside_attempts
-from tests.integration.test_gateway import basic, make_key
 
 REFUSED = PROBLEMS + "egress-refused"
 

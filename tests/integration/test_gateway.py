@@ -3,49 +3,14 @@
 from __future__ import annotations
 
 import asyncio
-import base64
-import json
 from pathlib import Path
 
-import aiohttp
 import asyncpg
 from typer.testing import CliRunner
 
 from effect_broker.cli import _register, app
-from effect_broker.store import Store
-from effect_broker.tenancy import new_api_key
+from tests.integration.gateway_support import basic, charge, make_key
 from tests.integration.harness import running_broker
-
-CHARGE = json.dumps({"amount": 700, "currency": "usd", "order_id": "order-7"}).encode()
-
-
-async def make_key(store: Store, tenant: str) -> str:
-    key = new_api_key()
-    await store.add_api_key(tenant, key.key_id, key.secret_hash)
-    return key.api_key
-
-
-def basic(user: str, password: str) -> str:
-    return "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
-
-
-async def charge(proxy: str, auth: str | None) -> aiohttp.ClientResponse:
-    async with (
-        aiohttp.ClientSession() as session,
-        session.post(
-            "http://payments.internal/v1/charges",
-            data=CHARGE,
-            headers={
-                "Operation-Key": "order-7:charge",
-                "Content-Type": "application/json",
-                # aiohttp sends proxy_headers only on CONNECT; plain http needs this.
-                **({"Proxy-Authorization": auth} if auth else {}),
-            },
-            proxy=proxy,
-        ) as response,
-    ):
-        await response.read()
-        return response
 
 
 async def test_requests_without_valid_credentials_get_407(

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from effect_broker.crypto import MasterKey
 from effect_broker.tenancy import new_api_key
+from tests.integration.gateway_support import basic
 from tests.integration.harness import (
     PROBLEM_JSON,
     address,
@@ -23,7 +24,6 @@ from tests.integration.harness import (
     running_broker,
 )
 from tests.integration.mcp_support import ToolStore, mcp_routes, serve_mcp
-from tests.integration.test_gateway import basic
 from tests.integration.tls_support import TlsWorld
 
 BODY = b'{"amount": 100, "currency": "usd", "order_id": "hostile-1"}'

@@ -17,8 +17,15 @@ from pathlib import Path
 from effect_broker.crypto import MasterKey
 from effect_broker.failpoints import AFTER_UPSTREAM_RESPONSE, EXIT_CODE
 from tests.integration.harness import ledger_rows
-from tests.integration.test_https_intercept import charge_request, routes, split
-from tests.integration.tls_support import ChargeTarget, TlsWorld, open_tunnel, serve_tls
+from tests.integration.tls_support import (
+    ChargeTarget,
+    TlsWorld,
+    charge_request,
+    open_tunnel,
+    routes,
+    serve_tls,
+    split,
+)
 
 SERVE = "import typer; from effect_broker.cli.serve import serve; typer.run(serve)"
 BANNER = re.compile(rb"effect-broker proxy on http://([0-9.]+):([0-9]+)")

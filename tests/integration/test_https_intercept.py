@@ -33,50 +33,16 @@ from tests.integration.harness import (
     serve_handler,
 )
 from tests.integration.tls_support import (
+    CHARGE,
     ChargeTarget,
     TlsWorld,
+    charge_request,
     connect_raw,
     open_tunnel,
+    routes,
     serve_tls,
+    split,
 )
-
-CHARGE = b'{"amount": 1000, "currency": "usd"}'
-
-
-# Every loopback spelling is one host to the proxy, so a setup that watches one of these
-# watches them all; the blind-tunnel tests run without them.
-LOOPBACK_ROUTES = """\
-  - name: local-charge
-    match: {{method: POST, host: "localhost:{port}", path: /v1/charges}}
-    contract: payments.charge
-  - name: by-address
-    match: {{method: POST, host: "127.0.0.9", path: /v1/charges}}
-    upstream: https://127.0.0.1:{port}
-    contract: payments.charge
-"""
-
-
-def routes(port: int, *, watch_loopback: bool = True) -> str:
-    loopback = LOOPBACK_ROUTES.format(port=port) if watch_loopback else ""
-    return f"""\
-version: 1
-contracts:
-  - name: payments.charge
-    version: "1"
-    safety: idempotent
-    idempotency_header: Idempotency-Key
-    key_retention: 1h
-    timeout: 5s
-routes:
-  - name: charge
-    match: {{method: POST, host: "api.test", path: /v1/charges}}
-    upstream: https://127.0.0.1:{port}
-    contract: payments.charge
-{loopback}  - name: untrusted
-    match: {{method: POST, host: "untrusted.test", path: /v1/charges}}
-    upstream: https://127.0.0.1:{{untrusted}}
-    contract: payments.charge
-"""
 
 
 @dataclass
@@ -111,24 +77,6 @@ async def setup(
             database_url, tmp_path, routes=lambda _: text, **options
         ) as broker:
             yield Setup(world, target, port, broker)
-
-
-def charge_request(key: str, body: bytes = CHARGE, host: str = "api.test") -> bytes:
-    return (
-        f"POST /v1/charges HTTP/1.1\r\nHost: {host}\r\nOperation-Key: {key}\r\n"
-        "Idempotency-Key: client-chosen\r\nContent-Type: application/json\r\n"
-        f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
-    ).encode() + body
-
-
-def split(raw: bytes) -> tuple[int, dict[str, str], bytes]:
-    head, _, body = raw.partition(b"\r\n\r\n")
-    status_line, *lines = head.decode("latin-1").split("\r\n")
-    headers = {}
-    for line in lines:
-        name, _, value = line.partition(":")
-        headers[name.strip().lower()] = value.strip()
-    return int(status_line.split()[1]), headers, body
 
 
 async def post_in_tunnel(s: Setup, key: str, body: bytes = CHARGE) -> bytes:

@@ -8,7 +8,6 @@ never ``outcome_unknown``.
 from __future__ import annotations
 
 import asyncio
-import time
 from datetime import timedelta
 from pathlib import Path
 
@@ -20,7 +19,8 @@ from tests.integration.harness import (
     running_broker,
     serve_handler,
 )
-from tests.integration.test_proxy_outcomes import charge, post
+from tests.integration.proxy_support import charge, post
+from tests.support import poll
 
 ROUTES = """\
 version: 1
@@ -61,10 +61,12 @@ class GatedUpstream:
         return web.json_response({"ok": True}, status=201)
 
     async def until_seen(self, path: str, count: int, *, within: float = 5.0) -> None:
-        deadline = time.monotonic() + within
-        while self.seen.count(path) < count:
-            assert time.monotonic() < deadline, f"{path} seen {self.seen.count(path)}"
-            await asyncio.sleep(0.01)
+        await poll(
+            lambda: self.seen.count(path) >= count,
+            within=within,
+            every=0.01,
+            what=lambda: f"{path} {count} times; seen {self.seen.count(path)}",
+        )
 
 
 async def test_a_saturated_route_queues_then_refuses_and_other_routes_flow(

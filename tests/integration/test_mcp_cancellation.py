@@ -21,14 +21,20 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
 from tests.integration.harness import Answer, Broker, request
-from tests.integration.mcp_support import ToolStore
-from tests.integration.test_mcp_disconnect import DEADLINE, settled_rows
-from tests.integration.test_mcp_proxy import mcp_broker
-from tests.integration.test_mcp_sessionless import (
+from tests.integration.mcp_support import (
+    CANCELLED,
+    DEADLINE,
     REVISION,
+    ToolStore,
     calls_seen,
+    cancellations_seen,
+    mcp_broker,
     modern,
+    open_session,
     raw_call,
+    session_call,
+    session_cancel,
+    settled_rows,
 )
 
 # The client's own timeout: far longer than the proxy needs to start the call (the
@@ -54,9 +60,6 @@ class Cancellations:
             self.answered.set()
 
 
-CANCELLED = "notifications/cancelled"
-
-
 @asynccontextmanager
 async def watched_client(
     broker: Broker, cancellations: Cancellations
@@ -76,19 +79,6 @@ async def watched_client(
     ):
         await session.initialize()
         yield session
-
-
-def cancellations_seen(store: ToolStore) -> list[Any]:
-    """The ids named by every cancellation that reached the server."""
-    found = []
-    for seen in store.seen:
-        try:
-            message = json.loads(seen.body)
-        except ValueError:
-            continue
-        if isinstance(message, dict) and message.get("method") == CANCELLED:
-            found.append(message["params"]["requestId"])
-    return found
 
 
 async def test_a_client_timeout_does_not_cancel_a_recorded_call(
@@ -195,89 +185,6 @@ async def post_cancellation(broker: Broker, request_id: Any) -> Answer:
                 "jsonrpc": "2.0",
                 "method": CANCELLED,
                 "params": {"requestId": request_id, "reason": "timed out"},
-            }
-        ),
-    )
-
-
-HANDSHAKE = "2025-11-25"
-
-
-async def open_session(proxy_url: str) -> dict[str, str]:
-    """The 2025-11-25 handshake in raw POSTs; the headers every later message of the
-    session carries."""
-    headers = {
-        "Content-Type": "application/json",
-        "Accept": "application/json, text/event-stream",
-    }
-    hello = await request(
-        "POST",
-        f"{proxy_url}/mcp",
-        headers=headers,
-        data=json.dumps(
-            {
-                "jsonrpc": "2.0",
-                "id": 0,
-                "method": "initialize",
-                "params": {
-                    "protocolVersion": HANDSHAKE,
-                    "capabilities": {},
-                    "clientInfo": {"name": "raw", "version": "1"},
-                },
-            }
-        ),
-    )
-    assert hello.status == 200, hello
-    [session_id] = [v for k, v in hello.headers.items() if k.lower() == "mcp-session-id"]
-    session = {
-        **headers,
-        "Mcp-Session-Id": session_id,
-        "Mcp-Protocol-Version": HANDSHAKE,
-    }
-    ready = await request(
-        "POST",
-        f"{proxy_url}/mcp",
-        headers=session,
-        data=json.dumps({"jsonrpc": "2.0", "method": "notifications/initialized"}),
-    )
-    assert ready.status == 202, ready
-    return session
-
-
-async def session_call(
-    proxy_url: str,
-    session: dict[str, str],
-    request_id: Any,
-    tool: str,
-    arguments: dict[str, Any],
-) -> Answer:
-    return await request(
-        "POST",
-        f"{proxy_url}/mcp",
-        headers=session,
-        data=json.dumps(
-            {
-                "jsonrpc": "2.0",
-                "id": request_id,
-                "method": "tools/call",
-                "params": {"name": tool, "arguments": arguments},
-            }
-        ),
-    )
-
-
-async def session_cancel(
-    proxy_url: str, session: dict[str, str], request_id: Any
-) -> Answer:
-    return await request(
-        "POST",
-        f"{proxy_url}/mcp",
-        headers=session,
-        data=json.dumps(
-            {
-                "jsonrpc": "2.0",
-                "method": CANCELLED,
-                "params": {"requestId": request_id, "reason": "gave up"},
             }
         ),
     )

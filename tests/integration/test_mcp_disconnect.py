@@ -8,26 +8,15 @@ import asyncio
 import json
 from pathlib import Path
 
-from tests.integration.harness import address, ledger_rows
-from tests.integration.mcp_support import ToolStore
-from tests.integration.test_mcp_proxy import mcp_broker
-from tests.integration.test_mcp_sessionless import envelope, raw_call
-
-DEADLINE = 10.0
-
-
-async def settled_rows(database_url: str) -> list[tuple[str, str]]:
-    """Poll the ledger until no effect is in flight any more (or fail at a deadline)."""
-    loop = asyncio.get_running_loop()
-    give_up = loop.time() + DEADLINE
-    while True:
-        rows = [
-            (r["operation_key"], r["status"]) for r in await ledger_rows(database_url)
-        ]
-        if rows and all(status != "dispatching" for _, status in rows):
-            return rows
-        assert loop.time() < give_up, f"the effect never settled: {rows}"
-        await asyncio.sleep(0.05)
+from tests.integration.harness import address
+from tests.integration.mcp_support import (
+    DEADLINE,
+    ToolStore,
+    envelope,
+    mcp_broker,
+    raw_call,
+    settled_rows,
+)
 
 
 async def test_a_client_that_hangs_up_does_not_cancel_the_call(

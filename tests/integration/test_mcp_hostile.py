@@ -8,8 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.integration.harness import Answer, request, running_broker
-from tests.integration.mcp_support import ToolStore, mcp_routes, serve_mcp
-from tests.integration.test_mcp_proxy import client
+from tests.integration.mcp_support import ToolStore, client, mcp_routes, serve_mcp
 
 HEADERS = {
     "Content-Type": "application/json",

@@ -20,8 +20,7 @@ from mcp.shared.exceptions import MCPError
 
 from effect_broker.client import EffectsClient
 from tests.integration.harness import PROBLEMS, Broker, running_broker
-from tests.integration.mcp_support import ToolStore, mcp_routes, serve_mcp
-from tests.integration.test_mcp_proxy import client
+from tests.integration.mcp_support import ToolStore, client, mcp_routes, serve_mcp
 
 TOKEN = "management-test-token"
 

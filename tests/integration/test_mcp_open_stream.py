@@ -13,9 +13,7 @@ from pathlib import Path
 from aiohttp import web
 
 from tests.integration.harness import running_broker, serve_handler
-from tests.integration.mcp_support import mcp_routes
-from tests.integration.test_mcp_disconnect import settled_rows
-from tests.integration.test_mcp_sessionless import raw_call
+from tests.integration.mcp_support import mcp_routes, raw_call, settled_rows
 
 DEADLINE = 20.0
 # The contract's timeout, far beyond the deadline: an answer taken only once the

@@ -8,9 +8,14 @@ from pathlib import Path
 import pytest
 
 from tests.integration.harness import ledger_rows
-from tests.integration.mcp_support import ToolStore
-from tests.integration.test_mcp_proxy import client, mcp_broker, structured
-from tests.integration.test_mcp_sessionless import modern, raw_call
+from tests.integration.mcp_support import (
+    ToolStore,
+    client,
+    mcp_broker,
+    modern,
+    raw_call,
+    structured,
+)
 
 
 @pytest.mark.parametrize("revision", ["handshake", "sessionless"])

@@ -4,45 +4,20 @@ Streamable HTTP, the proxy's MCP route, and a real MCP server counting what it r
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
 
 import pytest
-from mcp import ClientSession
-from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
-from tests.integration.harness import Broker, ledger_rows, request, running_broker
-from tests.integration.mcp_support import ToolStore, mcp_routes, serve_mcp
-
-
-@asynccontextmanager
-async def mcp_broker(
-    database_url: str, tmp_path: Path, store: ToolStore, **options: str
-) -> AsyncIterator[Broker]:
-    async with (
-        serve_mcp(store) as upstream,
-        running_broker(
-            database_url, tmp_path, routes=lambda _: mcp_routes(upstream, **options)
-        ) as broker,
-    ):
-        yield broker
-
-
-@asynccontextmanager
-async def client(broker: Broker) -> AsyncIterator[ClientSession]:
-    async with (
-        streamable_http_client(f"{broker.proxy_url}/mcp") as (read, write),
-        ClientSession(read, write) as session,
-    ):
-        await session.initialize()
-        yield session
-
-
-def structured(result: Any) -> Any:
-    return result.structured_content or json.loads(result.content[0].text)
+from tests.integration.harness import ledger_rows, request, running_broker
+from tests.integration.mcp_support import (
+    ToolStore,
+    client,
+    mcp_broker,
+    mcp_routes,
+    serve_mcp,
+    structured,
+)
 
 
 async def test_mirrored_schema_requires_the_operation_key(

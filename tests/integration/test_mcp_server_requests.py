@@ -20,9 +20,13 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
 from tests.integration.harness import ledger_rows
-from tests.integration.mcp_support import ToolStore
-from tests.integration.test_mcp_proxy import mcp_broker, structured
-from tests.integration.test_mcp_sessionless import REVISION, calls_seen
+from tests.integration.mcp_support import (
+    REVISION,
+    ToolStore,
+    calls_seen,
+    mcp_broker,
+    structured,
+)
 
 DEADLINE = 20.0  # far below the contract's timeout: the proxy must not wait for it
 

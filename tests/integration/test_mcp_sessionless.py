@@ -5,72 +5,21 @@ no session. The server is the SDK's own, counting what it really ran."""
 
 from __future__ import annotations
 
-import json
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
 
 import pytest
-from mcp.client.client import Client
 from mcp.shared.exceptions import MCPError
 
-from tests.integration.harness import Answer, Broker, ledger_rows, request
-from tests.integration.mcp_support import Seen, ToolStore
-from tests.integration.test_mcp_proxy import mcp_broker, structured
-
-REVISION = "2026-07-28"
-
-
-@asynccontextmanager
-async def modern(broker: Broker) -> AsyncIterator[Client]:
-    """A client that probes ``server/discover`` and must land on the new revision
-    (``auto`` would fall back to the handshake silently, so it is checked)."""
-    async with Client(f"{broker.proxy_url}/mcp", mode="auto", cache=None) as client:
-        assert client.session.protocol_version == REVISION
-        yield client
-
-
-def calls_seen(store: ToolStore, tool: str) -> list[Seen]:
-    """Every tools/call of ``tool`` that reached the server."""
-    return [seen for seen in store.seen if seen.tool_call == tool]
-
-
-def envelope() -> dict[str, Any]:
-    return {
-        "io.modelcontextprotocol/protocolVersion": REVISION,
-        "io.modelcontextprotocol/clientCapabilities": {},
-    }
-
-
-async def raw_call(
-    broker: Broker,
-    request_id: str,
-    tool: str,
-    arguments: dict[str, Any],
-    *,
-    name_header: str | None = None,
-) -> Answer:
-    """One tools/call as the revision frames it, outside any SDK client."""
-    return await request(
-        "POST",
-        f"{broker.proxy_url}/mcp",
-        headers={
-            "Content-Type": "application/json",
-            "Accept": "application/json, text/event-stream",
-            "Mcp-Protocol-Version": REVISION,
-            "Mcp-Method": "tools/call",
-            "Mcp-Name": name_header or tool,
-        },
-        data=json.dumps(
-            {
-                "jsonrpc": "2.0",
-                "id": request_id,
-                "method": "tools/call",
-                "params": {"name": tool, "arguments": arguments, "_meta": envelope()},
-            }
-        ),
-    )
+from tests.integration.harness import ledger_rows
+from tests.integration.mcp_support import (
+    REVISION,
+    ToolStore,
+    calls_seen,
+    mcp_broker,
+    modern,
+    raw_call,
+    structured,
+)
 
 
 async def test_two_identical_calls_run_once_without_a_session(

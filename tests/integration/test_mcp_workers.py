@@ -15,15 +15,18 @@ from pathlib import Path
 
 import asyncpg
 
-from tests.integration.mcp_support import ToolStore, mcp_routes, serve_mcp
-from tests.integration.test_mcp_cancellation import (
+from tests.integration.mcp_support import (
+    ToolStore,
     cancellations_seen,
+    mcp_routes,
     open_session,
+    serve_mcp,
     session_call,
     session_cancel,
+    settled_rows,
 )
-from tests.integration.test_mcp_disconnect import settled_rows
-from tests.integration.test_workers import DEADLINE, serving, until
+from tests.integration.workers_support import DEADLINE, serving
+from tests.support import poll
 
 WITHHELD = re.compile(r"\[worker (\d+)\] withheld a cancellation of a recorded MCP call")
 # Far more cancellations than it takes the kernel to give each worker some.
@@ -86,7 +89,12 @@ async def test_every_worker_withholds_a_cancellation_of_a_recorded_call(
         async def no_running_rows() -> bool:
             return await running_rows(database_url) == 0
 
-        await until("the running call's row removed", no_running_rows)
+        await poll(
+            no_running_rows,
+            within=DEADLINE,
+            every=0.05,
+            what="the running call's row removed",
+        )
     assert reached_server == []
     assert store.interrupted["transfer"] == 0
     assert store.calls["transfer"] == 1

@@ -19,25 +19,12 @@ from tests.integration.harness import (
     ledger_rows,
     running_broker,
 )
-from tests.integration.test_proxy_outcomes import charge, closed_port, post
+from tests.integration.proxy_support import charge, closed_port, post
+from tests.routes_yaml import one_idempotent_route
 
-ONE_ATTEMPT_ROUTES = """\
-version: 1
-contracts:
-  - name: payments.charge
-    version: "1"
-    safety: idempotent
-    idempotency_header: Idempotency-Key
-    key_retention: 1h
-    timeout: 500ms
-    retry_limit: 1
-routes:
-  - name: payments
-    match: {{method: POST, path: /payments/v1/charges}}
-    strip_prefix: /payments
-    upstream: {upstream}/idempotent
-    contract: payments.charge
-"""
+
+def one_attempt_routes(upstream: str) -> str:
+    return one_idempotent_route(upstream + "/idempotent", timeout="500ms", retry_limit=1)
 
 
 async def test_a_client_retry_past_the_retry_limit_goes_to_review_not_upstream(
@@ -46,7 +33,7 @@ async def test_a_client_retry_past_the_retry_limit_goes_to_review_not_upstream(
     async with running_broker(
         database_url,
         tmp_path,
-        routes=lambda target: ONE_ATTEMPT_ROUTES.format(upstream=target),
+        routes=lambda target: one_attempt_routes(target),
     ) as broker:
         url = f"{broker.proxy_url}/payments/v1/charges"
         await arm_faults(broker, hang_after_commit=1)
@@ -73,7 +60,7 @@ async def test_a_client_retry_of_a_retryable_effect_past_its_limit_is_given_up(
     async with running_broker(
         database_url,
         tmp_path,
-        routes=lambda _: ONE_ATTEMPT_ROUTES.format(upstream=upstream),
+        routes=lambda _: one_attempt_routes(upstream),
     ) as broker:
         url = f"{broker.proxy_url}/payments/v1/charges"
         refused = await post(url, key="order-2:charge", body=charge("order-2"))

@@ -32,7 +32,8 @@ from effect_broker.target.protocol import (
     lookup_path,
     tombstone_path,
 )
-from tests.integration.target_support import lock_waiters, poll
+from tests.integration.target_support import lock_waiters
+from tests.support import poll
 
 Client = TestClient[Any, Any]
 SECRET = "demo-kit-secret"

@@ -26,6 +26,8 @@ from tests.integration.harness import (
     running_broker,
     serve_handler,
 )
+from tests.integration.resolvers import Unresolvable
+from tests.routes_yaml import one_idempotent_route
 
 CHARGE = {"amount": 1000, "currency": "usd", "order_id": "order-1"}
 BIG_BODY = (bytes(range(256)) * 20)[:5000]  # every byte value, 5000 bytes
@@ -62,24 +64,6 @@ class BigUpstream:
         )
 
 
-BIG_ROUTES = """\
-version: 1
-contracts:
-  - name: reports.create
-    version: "1"
-    safety: idempotent
-    idempotency_header: Idempotency-Key
-    key_retention: 1h
-    timeout: 2s
-routes:
-  - name: reports
-    match: {{method: POST, path: /reports/v1/charges}}
-    strip_prefix: /reports
-    upstream: {upstream}
-    contract: reports.create
-"""
-
-
 @asynccontextmanager
 async def broker_with_big_upstream(
     database_url: str, tmp_path: Path, *, max_receipt_bytes: int
@@ -87,7 +71,13 @@ async def broker_with_big_upstream(
     """A broker whose only route leads to a ``BigUpstream``."""
     upstream = BigUpstream()
     async with serve_handler(upstream.handle) as url:
-        routes = BIG_ROUTES.format(upstream=url)
+        routes = one_idempotent_route(
+            url,
+            timeout="2s",
+            prefix="/reports",
+            route="reports",
+            contract="reports.create",
+        )
         async with running_broker(
             database_url,
             tmp_path,
@@ -161,10 +151,15 @@ async def test_a_get_on_a_reverse_route_path_is_not_recorded(
 async def test_a_get_on_a_forward_route_path_is_passed_through_unrecorded(
     broker: Broker, database_url: str
 ) -> None:
-    """The GET goes to payments.internal itself, which does not resolve here: 502."""
+    """The GET goes to payments.internal itself, which the test makes unresolvable
+    (whatever this machine's hosts file says): 502."""
+    resolver = Unresolvable({"payments.internal"})
+    broker.state.egress.resolver = resolver
     answer = await send(
         "GET", "http://payments.internal/v1/charges", proxy=broker.proxy_url
     )
+
+    assert resolver.asked == ["payments.internal"]
 
     assert answer.status == 502
     assert answer.problem["type"] == PROBLEMS + "upstream-unreachable"

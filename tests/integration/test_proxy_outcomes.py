@@ -13,14 +13,12 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
 import sqlite3
 import time
 from collections.abc import AsyncIterator
-from contextlib import AsyncExitStack, asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager, closing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import pytest
 from aiohttp import web
@@ -33,30 +31,10 @@ from tests.integration.harness import (
     arm_faults,
     ledger_rows,
     payment_target,
-    request,
     running_broker,
     serve_app,
 )
-
-
-def charge(order_id: str, amount: int = 1000) -> dict[str, Any]:
-    return {"amount": amount, "currency": "usd", "order_id": order_id}
-
-
-async def post(
-    url: str,
-    *,
-    key: str | None,
-    body: object,
-    extra: list[tuple[str, str]] | None = None,
-) -> Answer:
-    """POST a JSON body straight to the sidecar (reverse mode)."""
-    headers: list[tuple[str, str]] = [("Content-Type", "application/json")]
-    if key is not None:
-        headers.append(("Operation-Key", key))
-    headers.extend(extra or [])
-    data = body if isinstance(body, bytes) else json.dumps(body).encode()
-    return await request("POST", url, headers=headers, data=data)
+from tests.integration.proxy_support import charge, closed_port, post
 
 
 async def until_not_409(url: str, key: str, body: object, *, within: float) -> Answer:
@@ -320,14 +298,6 @@ async def test_reconcilable_commit_late_in_the_attempt_is_not_sent_twice(
 # --------------------------------------------------------------------- refused connection
 
 
-def closed_port() -> int:
-    """A loopback port nothing listens on (bound once, then released)."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-    return port
-
-
 REFUSED_ROUTES = """\
 version: 1
 contracts:
@@ -356,7 +326,7 @@ routes:
 
 
 def count_charges(db: Path, order_id: str) -> int:
-    with sqlite3.connect(db) as conn:
+    with closing(sqlite3.connect(db)) as conn:
         (count,) = conn.execute(
             "SELECT count(*) FROM charges WHERE order_id = ?", (order_id,)
         ).fetchone()

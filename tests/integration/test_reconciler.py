@@ -13,6 +13,7 @@ from effect_broker.models import Effect, EffectStatus
 from effect_broker.reconciler import Reconciler
 from effect_broker.store import EffectFilter
 from tests.integration.harness import Broker, arm_faults, request, running_broker
+from tests.support import poll
 
 CHARGE = {"amount": 1000, "currency": "usd", "order_id": "order-42"}
 PATHS = {
@@ -43,15 +44,17 @@ async def settle_until(
     broker: Broker, reconciler: Reconciler, status: EffectStatus, deadline: float = 10.0
 ) -> None:
     """Run reconciler passes until the only effect reaches ``status``."""
-    loop = asyncio.get_running_loop()
-    stop_at = loop.time() + deadline
-    while True:
+    last: list[EffectStatus] = []
+
+    async def reached() -> bool:
         await reconciler.run_once()
         [effect] = (await broker.state.store.list_effects("acme")).effects
-        if effect.status is status:
-            return
-        assert loop.time() < stop_at, f"still {effect.status} after {deadline}s"
-        await asyncio.sleep(0.05)
+        last[:] = [effect.status]
+        return effect.status is status
+
+    await poll(
+        reached, within=deadline, every=0.05, what=lambda: f"{status}, still {last}"
+    )
 
 
 async def only_effect(broker: Broker) -> Effect:

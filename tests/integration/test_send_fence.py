@@ -9,8 +9,7 @@ with real processes); the target's own table says how many charges really happen
 from __future__ import annotations
 
 import asyncio
-import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -23,7 +22,8 @@ import pytest
 from effect_broker.engine import dispatch
 from effect_broker.engine import engine as engine_module
 from tests.integration.harness import PROBLEMS, Answer, Broker, running_broker
-from tests.integration.test_proxy_outcomes import charge, post
+from tests.integration.proxy_support import charge, post
+from tests.support import poll
 
 TICKETS = "/tickets/v1/charges"  # the harness's reconcilable route
 
@@ -52,13 +52,6 @@ async def first_send_held(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Hold
         yield hold
     finally:
         hold.release.set()
-
-
-async def poll(check: Callable[[], Awaitable[bool]], *, within: float = 15.0) -> None:
-    deadline = time.monotonic() + within
-    while not await check():
-        assert time.monotonic() < deadline, "condition not met in time"
-        await asyncio.sleep(0.02)
 
 
 async def effect_row(database_url: str) -> asyncpg.Record | None:
@@ -101,7 +94,7 @@ async def test_a_sender_woken_after_a_takeover_sends_nothing(
             retry = await post_ticket(broker, "t-1", "order-z")
             return retry.headers.get("Effect-Status") == "succeeded"
 
-        await poll(settled_by_someone_else)
+        await poll(settled_by_someone_else, within=15.0)
         assert len(broker.charges("order-z")) == 1
         hold.release.set()
         woken = await zombie
@@ -140,7 +133,7 @@ async def test_a_sender_held_past_its_window_withholds_and_says_so(
             row = await effect_row(database_url)
             return row is not None and bool(row["lease_over"])
 
-        await poll(window_closed)
+        await poll(window_closed, within=15.0)
         hold.release.set()
         answer = await held
 

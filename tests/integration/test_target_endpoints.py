@@ -37,7 +37,8 @@ from effect_broker.target.protocol import (
     tombstone_path,
 )
 from effect_broker.target.psycopg import PsycopgBackend, connecting
-from tests.integration.target_support import driver, poll, prepare
+from tests.integration.target_support import driver, prepare
+from tests.support import poll
 
 SECRET = "s3cret-shared-with-the-proxy"
 AUTH = {SECRET_HEADER: SECRET}

@@ -31,9 +31,9 @@ from tests.integration.target_support import (
     count_charges,
     driver,
     lock_waiters,
-    poll,
     prepare,
 )
+from tests.support import poll
 
 KEY = attempt_key("downstream-key-of-one-effect", 1)
 NEXT_KEY = attempt_key("downstream-key-of-one-effect", 2)

@@ -12,8 +12,7 @@ import asyncio
 import os
 import re
 import sys
-import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,26 +25,12 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 
 from effect_broker.crypto import MasterKey
 from tests.integration.harness import request, serve_app, serve_handler
+from tests.routes_yaml import one_idempotent_route
+from tests.support import poll
 
 CLIENT_TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
 CLIENT_SPAN = "00f067aa0ba902b7"
 BANNER = re.compile(r"effect-broker proxy on (http://\S+), admin on (http://\S+?),")
-ROUTES = """\
-version: 1
-contracts:
-  - name: payments.charge
-    version: "1"
-    safety: idempotent
-    idempotency_header: Idempotency-Key
-    key_retention: 1h
-    timeout: 300ms
-routes:
-  - name: charges
-    match: {{method: POST, path: /pay/v1/charges}}
-    strip_prefix: /pay
-    upstream: {upstream}
-    contract: payments.charge
-"""
 
 
 @dataclass(frozen=True)
@@ -121,13 +106,6 @@ async def serve_process(env: dict[str, str]) -> AsyncIterator[str]:
         await asyncio.wait_for(child.wait(), 10)
 
 
-async def until(collector: Collector, check: str, predicate: Callable[[], bool]) -> None:
-    deadline = time.monotonic() + 15
-    while not predicate():
-        assert time.monotonic() < deadline, f"{check}; spans seen: {collector.spans}"
-        await asyncio.sleep(0.1)
-
-
 async def test_spans_reach_an_otlp_collector_and_the_reconciler_links_back(
     database_url: str, tmp_path: Path
 ) -> None:
@@ -137,7 +115,11 @@ async def test_spans_reach_an_otlp_collector_and_the_reconciler_links_back(
     target = FirstAnswerLost()
     async with serve_app(receiver) as otlp, serve_handler(target.handle) as upstream:
         routes = tmp_path / "routes.yaml"
-        routes.write_text(ROUTES.format(upstream=upstream))
+        routes.write_text(
+            one_idempotent_route(
+                upstream, timeout="300ms", prefix="/pay", route="charges"
+            )
+        )
         env = {
             "EFFECT_BROKER_DATABASE_URL": database_url,
             "EFFECT_BROKER_MASTER_KEY": MasterKey.generate().to_base64(),
@@ -161,13 +143,14 @@ async def test_spans_reach_an_otlp_collector_and_the_reconciler_links_back(
             )
             assert lost.status == 504
 
-            await until(
-                collector,
-                "the reconciler's span",
+            await poll(
                 lambda: (
                     bool(collector.named("reconcile charges"))
                     and len(collector.named("POST")) >= 2
                 ),
+                within=15,
+                every=0.1,
+                what=lambda: f"the reconciler's span; spans seen: {collector.spans}",
             )
 
     [server] = collector.named("effect charges")

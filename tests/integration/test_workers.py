@@ -12,147 +12,23 @@ from __future__ import annotations
 
 import asyncio
 import os
-import re
 import signal
 import subprocess
 import sys
-import time
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import asyncpg
 import pytest
 from aiohttp import web
 
-from effect_broker.crypto import MasterKey
 from tests.integration.harness import request, serve_handler
-
-DEADLINE = 30.0
-SUPERVISOR = re.compile(r"(\d+) workers on proxy (\S+), admin (\S+)")
-WORKER = re.compile(r"worker (\d+)/(\d+) \(pid (\d+)\): effect-broker proxy on")
-ROUTES = """\
-version: 1
-contracts:
-  - name: payments.charge
-    version: "1"
-    safety: idempotent
-    idempotency_header: Idempotency-Key
-    key_retention: 1h
-    timeout: 5s
-routes:
-  - name: charges
-    match: {{method: POST, path: /pay/v1/charges}}
-    strip_prefix: /pay
-    upstream: {upstream}
-    contract: payments.charge
-"""
-CHARGE = {"Content-Type": "application/json"}
-
-
-@dataclass
-class Served:
-    """A running ``serve --workers N``: the supervisor, its workers, what it printed."""
-
-    process: asyncio.subprocess.Process
-    proxy: str = ""
-    admin: str = ""
-    workers: dict[int, int] = field(default_factory=dict)  # pid -> index
-    lines: list[str] = field(default_factory=list)
-
-    @property
-    def stderr(self) -> str:
-        return "\n".join(self.lines)
-
-    async def exit_code(self) -> int:
-        return await asyncio.wait_for(self.process.wait(), DEADLINE)
-
-
-async def until(what: str, check: Callable[[], Awaitable[bool]]) -> None:
-    deadline = time.monotonic() + DEADLINE
-    while not await check():
-        assert time.monotonic() < deadline, f"no {what} within {DEADLINE:g} s"
-        await asyncio.sleep(0.05)
-
-
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    # A zombie (exited, not yet reaped by its parent) no longer serves.
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
-    except OSError:
-        return False
-
-
-@asynccontextmanager
-async def serving(
-    database_url: str,
-    tmp_path: Path,
-    upstream: str,
-    workers: str = "2",
-    *,
-    routes_text: str | None = None,
-    settings: dict[str, str] | None = None,
-) -> AsyncIterator[Served]:
-    """``serve --workers``; its routes are ``routes_text`` when given, else one plain
-    HTTP route to ``upstream``."""
-    routes = tmp_path / "routes.yaml"
-    routes.write_text(routes_text or ROUTES.format(upstream=upstream))
-    env = {
-        **os.environ,
-        "EFFECT_BROKER_DATABASE_URL": database_url,
-        "EFFECT_BROKER_MASTER_KEY": MasterKey.generate().to_base64(),
-        "EFFECT_BROKER_ROUTES": str(routes),
-        "EFFECT_BROKER_LISTEN": "127.0.0.1:0",
-        "EFFECT_BROKER_ADMIN_LISTEN": "127.0.0.1:0",
-        "COLUMNS": "400",
-        **(settings or {}),
-    }
-    env.pop("PROMETHEUS_MULTIPROC_DIR", None)
-    process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-c",
-        "from effect_broker.cli import main; main()",
-        "serve",
-        "--workers",
-        workers,
-        env=env,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    served = Served(process)
-
-    async def read() -> None:
-        assert process.stderr is not None
-        while line := (await process.stderr.readline()).decode():
-            served.lines.append(line.rstrip("\n"))
-            if found := SUPERVISOR.search(line):
-                served.proxy, served.admin = (f"http://{a}" for a in found.groups()[1:])
-            if found := WORKER.search(line):
-                served.workers[int(found[3])] = int(found[1])
-
-    reader = asyncio.create_task(read())
-    try:
-
-        async def ready() -> bool:
-            assert process.returncode is None, served.stderr
-            return len(served.workers) == int(workers)
-
-        await until("a start line from each worker", ready)
-        yield served
-    finally:
-        if process.returncode is None:
-            process.kill()
-        # Before waiting: asyncio's wait() also waits for the stderr pipe, which a
-        # worker left behind (a paused one, say) would hold open for ever.
-        for pid in served.workers:
-            if alive(pid):
-                os.kill(pid, signal.SIGKILL)
-        await asyncio.wait_for(process.wait(), DEADLINE)
-        await asyncio.wait_for(reader, DEADLINE)
+from tests.integration.workers_support import (
+    CHARGE,
+    DEADLINE,
+    alive,
+    serving,
+)
+from tests.support import poll
 
 
 class Upstream:
@@ -200,7 +76,12 @@ async def test_two_workers_share_both_ports_record_once_and_stop_on_sigterm(
             answered.add(answer.json["pid"])
             return answered == pids
 
-        await until("/healthz answer from each worker", both_admins)
+        await poll(
+            both_admins,
+            within=DEADLINE,
+            every=0.05,
+            what="/healthz answer from each worker",
+        )
 
         # The proxy port: new effects until each worker has dispatched some.
         sent = 0
@@ -217,7 +98,12 @@ async def test_two_workers_share_both_ports_record_once_and_stop_on_sigterm(
             assert answer.status == 201, answer
             return await dispatching_pids(database_url) == pids
 
-        await until("effects dispatched by each worker", both_proxies)
+        await poll(
+            both_proxies,
+            within=DEADLINE,
+            every=0.05,
+            what="effects dispatched by each worker",
+        )
 
         # One key sent at once on many connections (so through both workers): one
         # effect, one request upstream, the same receipt for every answer.
@@ -247,7 +133,7 @@ async def test_two_workers_share_both_ports_record_once_and_stop_on_sigterm(
         async def all_gone() -> bool:
             return not any(alive(pid) for pid in pids)
 
-        await until("every worker gone", all_gone)
+        await poll(all_gone, within=DEADLINE, every=0.05, what="every worker gone")
 
     assert len(target.keys) == sent + 1
     assert len(set(target.keys)) == sent + 1
@@ -269,7 +155,9 @@ async def test_a_worker_killed_stops_the_others_and_the_supervisor_fails(
         async def survivor_gone() -> bool:
             return not alive(survivor)
 
-        await until("the other worker stopped", survivor_gone)
+        await poll(
+            survivor_gone, within=DEADLINE, every=0.05, what="the other worker stopped"
+        )
     index = served.workers[victim]
     assert f"worker {index}/2 (pid {victim}) killed by SIGKILL unexpectedly" in (
         served.stderr
@@ -297,7 +185,12 @@ async def test_a_paused_worker_is_killed_and_restarted_once_its_heartbeat_stops(
             assert served.process.returncode is None, served.stderr
             return len(served.workers) == 3 and not alive(paused)
 
-        await until("the paused worker killed and a new one started", replaced)
+        await poll(
+            replaced,
+            within=DEADLINE,
+            every=0.05,
+            what="the paused worker killed and a new one started",
+        )
         [fresh] = set(served.workers) - {paused, other}
         assert served.workers[fresh] == index
         assert alive(other)
@@ -314,7 +207,12 @@ async def test_a_paused_worker_is_killed_and_restarted_once_its_heartbeat_stops(
             answered.add(answer.json["pid"])
             return answered == {fresh, other}
 
-        await until("/healthz from the new worker and the other", both_answer)
+        await poll(
+            both_answer,
+            within=DEADLINE,
+            every=0.05,
+            what="/healthz from the new worker and the other",
+        )
         for n in range(4):
             answer = await request(
                 "POST",
@@ -342,7 +240,9 @@ async def test_a_killed_supervisor_leaves_no_worker_serving(
         async def orphans_gone() -> bool:
             return not any(alive(pid) for pid in served.workers)
 
-        await until("the orphaned workers stopped", orphans_gone)
+        await poll(
+            orphans_gone, within=DEADLINE, every=0.05, what="the orphaned workers stopped"
+        )
 
 
 @pytest.mark.parametrize(

@@ -174,7 +174,8 @@ def test_surrogate_pair_escape_is_one_character() -> None:
         (b'{"a":1} x', "unexpected data after the JSON value at byte 8"),
         (b"{}{}", "unexpected data after the JSON value at byte 2"),
         (b"[1,2]]", "unexpected data after the JSON value at byte 5"),
-        (b"[1,]", "invalid JSON: Expecting value at byte 3"),
+        # The wording after the prefix is Python's own, and 3.13 changed it for this one.
+        (b"[1,]", "invalid JSON: "),
         (b"{'a':1}", "invalid JSON"),
         (b'{"a":1 /* note */}', "invalid JSON"),
         (b'"tab\there"', "invalid JSON: Invalid control character"),

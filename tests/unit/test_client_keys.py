@@ -4,8 +4,6 @@ the frameworks' objects)."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import time
 import uuid
 from dataclasses import dataclass
@@ -23,31 +21,6 @@ from effect_broker.client import (
     stable,
     temporal_key,
 )
-
-SERVER_MODULES = ("aiohttp", "asyncpg", "pydantic", "effect_broker.engine", "yaml")
-
-
-def test_importing_the_client_pulls_in_none_of_the_proxy() -> None:
-    code = (
-        "import sys, effect_broker.client; "
-        f"print([m for m in {SERVER_MODULES!r} if m in sys.modules])"
-    )
-    out = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, check=True
-    ).stdout
-    assert out.strip() == "[]"
-
-
-def test_the_same_parts_give_the_same_key_in_another_process() -> None:
-    key = operation_key("order-42", "charge", 3)
-    code = (
-        "from effect_broker.client import operation_key; "
-        "print(operation_key('order-42', 'charge', 3))"
-    )
-    other = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, check=True
-    ).stdout.strip()
-    assert key == other == "order-42:charge:3"
 
 
 @pytest.mark.parametrize(

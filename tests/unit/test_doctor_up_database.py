@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 from effect_broker.cli.doctor import up_database
+from tests.support import unused_pid
 
 
 def postmaster_pid(data_dir: Path, pid: int) -> None:
@@ -28,8 +27,6 @@ def test_a_running_server_gives_its_socket_dsn(tmp_path: Path) -> None:
 
 def test_a_stale_pid_file_or_none_gives_nothing(tmp_path: Path) -> None:
     assert up_database(tmp_path) is None
-    child = subprocess.Popen([sys.executable, "-c", "pass"])
-    child.wait()  # reaped: its pid names no process any more
-    postmaster_pid(tmp_path, child.pid)
+    postmaster_pid(tmp_path, unused_pid())
 
     assert up_database(tmp_path) is None

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from tests.unit.test_routes_file import CONTRACTS, only_issue, parse
+from tests.unit.routes_support import CONTRACTS, only_issue, parse
 
 
 def test_the_default_keeps_a_week_or_the_key_retention_when_longer() -> None:

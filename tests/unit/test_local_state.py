@@ -3,25 +3,13 @@
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 from pydantic import SecretStr
 
 from effect_broker.cli.local_state import RunningUp, admin_access, with_up_secrets
 from effect_broker.config.settings import Settings
-
-
-def dead_pid() -> int:
-    """The pid of a process that has exited and been reaped."""
-    child = subprocess.run(
-        [sys.executable, "-c", "import os; print(os.getpid())"],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    return int(child.stdout)
+from tests.support import unused_pid
 
 
 def test_a_running_up_is_found_and_a_dead_one_is_ignored(tmp_path: Path) -> None:
@@ -30,7 +18,7 @@ def test_a_running_up_is_found_and_a_dead_one_is_ignored(tmp_path: Path) -> None
         os.getpid(), "http://127.0.0.1:1", "http://127.0.0.1:2"
     )
 
-    RunningUp(dead_pid(), "http://127.0.0.1:1", "http://127.0.0.1:2").write(tmp_path)
+    RunningUp(unused_pid(), "http://127.0.0.1:1", "http://127.0.0.1:2").write(tmp_path)
     assert RunningUp.find(tmp_path) is None
     assert admin_access(None, None, tmp_path) == ("http://127.0.0.1:8081", None, [])
 

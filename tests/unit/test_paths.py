@@ -11,7 +11,7 @@ from effect_broker.config.paths import UNRESERVED, normalize_path, split_target
 from effect_broker.config.routing import RouteTable
 from effect_broker.engine.targets import upstream_url
 from effect_broker.errors import MalformedRequest
-from tests.unit.test_routing import CONTRACT
+from tests.unit.routes_support import CONTRACT
 
 segment_text = st.text(alphabet=sorted(UNRESERVED), min_size=1, max_size=8).filter(
     lambda s: s not in (".", "..")

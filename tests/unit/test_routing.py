@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from effect_broker.config.contracts import Contract, Route, RouteMatch
+from effect_broker.config.contracts import Route, RouteMatch
 from effect_broker.config.routes_config import ProxyPolicy, RoutesConfig
 from effect_broker.config.routing import (
     RouteTable,
@@ -17,9 +17,7 @@ from effect_broker.config.routing import (
     parse_path_pattern,
     routes_overlap,
 )
-from effect_broker.models import SafetyClass
-
-CONTRACT = Contract(name="c", version="1", safety=SafetyClass.UNSAFE)
+from tests.unit.routes_support import CONTRACT
 
 
 def route(name: str, methods: str, host: str | None, path: str) -> Route:

@@ -4,7 +4,8 @@
 refuses parts that would make every retry look new); ``operation`` with the ``requests``
 and ``httpx`` hooks puts it on outgoing requests; ``EffectsClient`` speaks to the admin
 API. Importing this package pulls in none of the proxy's own dependencies, so an agent
-can use it with nothing but ``pip install effect-broker``'s metadata in place.
+can install it with ``pip install effect-broker`` alone (the server is the ``server``
+extra), beside whatever MCP SDK or HTTP stack it already pins.
 """
 
 from effect_broker.client.admin import AdminProblem, AdminUnreachable, EffectsClient

@@ -14,7 +14,7 @@ import signal
 import sqlite3
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from contextlib import AsyncExitStack, suppress
+from contextlib import AsyncExitStack, closing, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
@@ -161,7 +161,7 @@ class Target:
             return count
 
         def count_sqlite() -> int:
-            with sqlite3.connect(self.db) as conn:
+            with closing(sqlite3.connect(self.db)) as conn:
                 (n,) = conn.execute(
                     "SELECT count(*) FROM charges WHERE order_id = ?", (ORDER_ID,)
                 ).fetchone()

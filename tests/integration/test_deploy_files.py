@@ -20,9 +20,9 @@ SCRIPTS = Path(sys.executable).parent
 
 
 def tool(name: str) -> str:
-    """A console script installed by the ``test`` extra; missing is a failure."""
+    """A console script of the ``test`` dependency group; missing is a failure."""
     found = shutil.which(name, path=str(SCRIPTS)) or shutil.which(name)
-    assert found, f"{name} is not installed: pip install -e '.[test]'"
+    assert found, f"{name} is not installed: pip install -e '.[embedded]' --group test"
     return found
 
 

@@ -23,6 +23,7 @@ from aiohttp.test_utils import TestClient
 from pytest_aiohttp import AiohttpClient
 
 from effect_broker.demo import payment_target as target
+from tests.support import poll
 
 Client = TestClient[Any, Any]
 MakeClient = Callable[..., Awaitable[Client]]
@@ -53,11 +54,12 @@ def rows(db_path: Path) -> list[sqlite3.Row]:
 
 async def eventually_rows(db_path: Path, expected: int, within: float = 5.0) -> None:
     """Poll the table until it holds ``expected`` rows, failing after ``within`` s."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + within
-    while len(rows(db_path)) != expected:
-        assert loop.time() < deadline, f"expected {expected} rows, have {rows(db_path)}"
-        await asyncio.sleep(0.01)
+    await poll(
+        lambda: len(rows(db_path)) == expected,
+        within=within,
+        every=0.01,
+        what=lambda: f"{expected} rows, have {rows(db_path)}",
+    )
 
 
 @pytest.fixture

@@ -1,5 +1,5 @@
 """The fenced code blocks of a documentation page, with what the page says to do
-with each.
+with each (shared by the docs tests).
 
 A page marks a block with an HTML comment on the line right above its fence, visible
 in the page's source and invisible on the site:
