@@ -79,7 +79,8 @@ class InFlight(EffectBrokerError):
 
 
 class OutcomeUnknown(EffectBrokerError):
-    """The target may or may not have applied this effect; it will not be retried."""
+    """The target may or may not have applied this effect; the detail says what a retry
+    with the same Operation-Key does (it depends on the target's contract)."""
 
     problem_type = "outcome-unknown"
     status = 409

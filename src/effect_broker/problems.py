@@ -34,6 +34,12 @@ class Problem:
     status: int
     headers: Mapping[str, str]
     body: bytes
+    document: Mapping[str, Any] | None = None  # the problem document ``body`` encodes
+
+
+#: The document of a proxy-made problem answer, so it can be re-written in the dialect
+#: of the client's SDK (``dialects``); an upstream's own answers never carry it.
+PROBLEM_DOCUMENT = web.ResponseKey("problem_document", dict)
 
 
 def problem(
@@ -80,18 +86,20 @@ def problem(
         body["retry_after_seconds"] = seconds
     body.update(error.extra)
     body.update(extra or {})
-    return Problem(code, out_headers, json.dumps(body).encode())
+    return Problem(code, out_headers, json.dumps(body).encode(), body)
 
 
 def problem_response(error: EffectBrokerError, **options: Any) -> web.Response:
     """``problem`` as an aiohttp response; ``options`` are those of ``problem``."""
     answer = problem(error, **options)
-    return web.Response(
+    response = web.Response(
         status=answer.status,
         body=answer.body,
         content_type=PROBLEM_JSON,
         headers=answer.headers,
     )
+    response[PROBLEM_DOCUMENT] = dict(answer.document or {})
+    return response
 
 
 def problem_bytes(error: EffectBrokerError, **options: Any) -> bytes:

@@ -31,6 +31,7 @@ from effect_broker.mcp.answers import McpProtocol
 from effect_broker.mcp.handler import McpEndpoint
 from effect_broker.metrics import Metrics
 from effect_broker.proxy.egress import EgressGuard
+from effect_broker.proxy.host_check import HostCheck
 from effect_broker.proxy.receipt_cache import ReceiptCache
 from effect_broker.proxy.state import ProxyState
 from effect_broker.proxy.tls_ca import CertificateAuthority, CertificateAuthorityError
@@ -129,6 +130,12 @@ async def open_runtime(
                     engine,
                     running_calls=store,
                     max_request_bytes=settings.max_request_bytes,
+                ),
+                injected=injected,
+                host_check=HostCheck.configured(
+                    listen=settings.listen,
+                    allowed=settings.allowed_hosts,
+                    hostname=socket.gethostname(),
                 ),
             )
     finally:

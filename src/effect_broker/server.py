@@ -69,15 +69,14 @@ async def start_site(
         factory = handler_factory(http, keepalive_timeout=edge.keepalive_timeout)
     else:
         gate = ConnectionGate(edge.max_connections)
-        intercept = None
-        if leaves is not None:
-            intercept = Interception(
-                leaves,
-                http,
-                keepalive_timeout=edge.keepalive_timeout,
-                handshake_timeout=edge.header_timeout,
-                gateway=gateway,
-            )
+        # Without a CA (``leaves`` None) the interception serves plain HTTP only.
+        intercept = Interception(
+            leaves,
+            http,
+            keepalive_timeout=edge.keepalive_timeout,
+            handshake_timeout=edge.header_timeout,
+            gateway=gateway,
+        )
         factory = partial(
             FrontProtocol,
             handler_factory(http, keepalive_timeout=edge.keepalive_timeout, gate=gate),
@@ -148,6 +147,7 @@ async def serve_until_stopped(
     | None = None,
     reconcile: bool = True,
     admin_token: SecretStr | None = None,
+    trace_url: str | None = None,
     edge: EdgeLimits | None = None,
     reuse_port: bool = False,
 ) -> None:
@@ -170,7 +170,9 @@ async def serve_until_stopped(
             await stack.enter_async_context(reconciling(state))
         admin_address = await start_site(
             stack,
-            build_admin_app(admin_state(state), admin_token=admin_token),
+            build_admin_app(
+                admin_state(state), admin_token=admin_token, trace_url=trace_url
+            ),
             admin_listen,
             reuse_port=reuse_port,
         )

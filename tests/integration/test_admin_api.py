@@ -407,13 +407,16 @@ async def test_resolved_as_succeeded_a_retry_is_told_it_happened_never_a_fake_an
     assert (receipt["source"], receipt["external_id"]) == ("operator", "ch_1")
 
 
-async def test_resolved_as_failed_a_retry_is_told_it_did_not_happen(admin: Admin) -> None:
+async def test_resolved_as_did_not_happen_a_retry_is_told_it_may_send_again(
+    admin: Admin,
+) -> None:
     broker = admin.broker
     [effect_id] = await unknown(broker, UNSAFE, "mail-2")
+    evidence = {"checked_in": "smtp log", "found": "no message for mail-2"}
 
     answer = await admin.post(
         f"/v1/effects/{effect_id}/resolve",
-        {"resolution": "failed", "reason": "customer cancelled; do not send"},
+        {"resolution": "did_not_happen", "reason": "never left", "evidence": evidence},
     )
     retry = await send(broker, UNSAFE, "mail-2")
 
@@ -421,14 +424,55 @@ async def test_resolved_as_failed_a_retry_is_told_it_did_not_happen(admin: Admin
     assert retry.status == 409
     assert retry.headers["Effect-Status"] == "failed_final"
     problem = retry.problem
+    assert (problem["resolution"], problem["reason"]) == ("did_not_happen", "never left")
+    assert problem["evidence"] == evidence
+    assert "proved this effect did not happen" in problem["message"]
+    assert "may send it again under a new Operation-Key" in problem["message"]
+    last = (await admin.effect(effect_id))["history"][-1]
+    assert (last["kind"], last["to"]) == ("operator_did_not_happen", "failed_final")
+
+
+async def test_did_not_happen_needs_proof(admin: Admin) -> None:
+    [effect_id] = await unknown(admin.broker, UNSAFE, "mail-3")
+
+    answer = await admin.post(
+        f"/v1/effects/{effect_id}/resolve",
+        {"resolution": "did_not_happen", "reason": "I think it bounced"},
+    )
+
+    problem = assert_problem(answer, 400, "invalid-resolution")
+    assert problem["field"] == "evidence"
+    assert "did_not_happen" in problem["detail"]
+    assert (await admin.effect(effect_id))["status"] == "outcome_unknown"
+
+
+@pytest.mark.parametrize("word", ["abandoned", "failed"])
+async def test_abandoned_tells_the_retry_it_may_have_happened(
+    admin: Admin, word: str
+) -> None:
+    """``failed`` (the old word, still accepted) never required proof, so it is
+    recorded as abandoned: the agent must not be told that nothing happened."""
+    broker = admin.broker
+    [effect_id] = await unknown(broker, UNSAFE, f"mail-{word}")
+
+    answer = await admin.post(
+        f"/v1/effects/{effect_id}/resolve",
+        {"resolution": word, "reason": "customer cancelled; do not send"},
+    )
+    retry = await send(broker, UNSAFE, f"mail-{word}")
+
+    assert answer.json["status"] == "failed_final"
+    problem = retry.problem
     assert (problem["resolution"], problem["reason"]) == (
-        "failed",
+        "abandoned",
         "customer cancelled; do not send",
     )
-    assert "it did not happen" in problem["message"]
-    assert len(broker.charges("mail-2")) == 1
+    assert "it may have happened" in problem["message"]
+    assert "did not happen" not in problem["message"]
+    assert "risks doing it twice" in problem["message"]
+    assert len(broker.charges(f"mail-{word}")) == 1  # the target did commit it
     last = (await admin.effect(effect_id))["history"][-1]
-    assert (last["kind"], last["to"]) == ("operator_failed", "failed_final")
+    assert (last["kind"], last["to"]) == ("operator_abandoned", "failed_final")
     assert last["details"]["evidence"] == {}
 
 
@@ -474,7 +518,8 @@ async def test_not_committed_is_refused_for_an_unsafe_effect(admin: Admin) -> No
     )
 
     problem = assert_problem(answer, 409, "requeue-refused")
-    assert "failed" in problem["detail"]
+    assert "did_not_happen" in problem["detail"]
+    assert "abandoned" in problem["detail"]
     assert "new Operation-Key" in problem["detail"]
     after = await admin.effect(effect_id)
     assert (after["status"], after["version"]) == ("outcome_unknown", before["version"])
@@ -638,10 +683,12 @@ async def test_openapi_documents_every_route_the_app_serves(admin: Admin) -> Non
     document = answer.json
     app = build_admin_app(admin_state(admin.broker.state), admin_token=TOKEN)
 
-    served = {
+    served = {  # the console's HTML pages are for browsers, not API clients
         (route.resource.canonical, route.method.lower())
         for route in app.router.routes()
-        if route.method != "HEAD" and route.resource is not None
+        if route.method != "HEAD"
+        and route.resource is not None
+        and not route.resource.canonical.startswith("/console")
     }
     documented = {
         (path, method) for path, item in document["paths"].items() for method in item

@@ -7,6 +7,7 @@ invocation runs in a worker thread (``asyncio.to_thread``).
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import re
 import socket
@@ -27,9 +28,11 @@ from tests.integration.admin_support import (
     Admin,
     admin_broker,
     cli,
+    order,
     settled,
     unknown,
 )
+from tests.integration.harness import arm_faults, request
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 BOLD_RED = "\x1b[1;31m"
@@ -221,3 +224,63 @@ async def test_a_broker_that_is_not_running_is_reported_plainly() -> None:
     message = re.sub(r"\s+", " ", plain(result.stderr))
     assert "connection refused" in message
     assert "EFFECT_BROKER_ADMIN_URL" in message
+
+
+async def test_resolve_help_names_both_ways_to_give_up_and_what_the_agent_hears(
+    admin: Admin,
+) -> None:
+    """``failed`` was described as "give up for good" while the agent was told it did
+    not happen; the help now separates proof (did_not_happen) from giving up."""
+    result = await cli(admin, "resolve", "--help", token=None)
+
+    text = re.sub(r"[\s│]+", " ", plain(result.stdout))
+    assert result.exit_code == 0, result.output
+    assert "give up for good" not in text
+    assert "did_not_happen: it did not, with proof" in text
+    assert "abandoned: give up without knowing" in text
+    assert "it may have happened" in text
+
+
+async def test_resolve_as_failed_is_recorded_as_abandoned(admin: Admin) -> None:
+    [mail_id] = await unknown(admin.broker, UNSAFE, "mail-6")
+
+    result = await cli(
+        admin, "resolve", mail_id, "--as", "failed", "--reason", "no time to check"
+    )
+
+    assert result.exit_code == 0, result.output
+    text = plain(result.stdout)
+    assert "`failed` is the deprecated word for `abandoned`" in text
+    assert "resolved as abandoned; status now failed_final" in text
+    assert (await admin.effect(mail_id))["history"][-1]["kind"] == "operator_abandoned"
+
+
+async def test_inspect_shows_the_payload_with_credentials_hidden(admin: Admin) -> None:
+    """``inspect`` showed only path, method and byte count: an operator could not tell
+    what to look for in the target's records."""
+    await arm_faults(admin.broker, hang_after_commit=1)
+    sent = await request(
+        "POST",
+        f"{admin.broker.proxy_url}/email/v1/charges",
+        data=json.dumps({**order("mail-7"), "api_key": "sk_live_9"}).encode(),
+        headers={
+            "Content-Type": "application/json",
+            "Operation-Key": "mail-7",
+            "Authorization": "Bearer hunter2",
+        },
+    )
+    effect_id = sent.headers["Effect-Id"]
+
+    result = await cli(admin, "inspect", effect_id)
+    api = await admin.effect(effect_id)
+
+    text = plain(result.stdout)
+    assert result.exit_code == 0, result.output
+    assert '"order_id": "mail-7"' in text and '"amount": 1200' in text
+    assert "sk_live_9" not in text and "hunter2" not in text
+    assert "hidden: header Authorization, body /api_key" in text
+    shown = api["request"]
+    assert shown["method"] == "POST" and shown["url"].endswith("/unsafe/v1/charges")
+    assert ["Authorization", "[redacted]"] in shown["headers"]
+    assert json.loads(shown["body"])["api_key"] == "[redacted]"
+    assert shown["redacted"] == ["header Authorization", "body /api_key"]

@@ -129,12 +129,32 @@ def test_an_address_that_is_not_host_port_is_named() -> None:
     assert "'8080' is not host:port; set --listen" in error_line(result)
 
 
-def test_an_unreachable_database_is_one_line() -> None:
-    dsn = f"postgresql://postgres@127.0.0.1:{free_port()}/postgres"
+def test_an_unreachable_database_is_one_line_with_host_port_and_fix() -> None:
+    """It said only "[Errno 111] Connection refused": which server, and what to do?"""
+    port = free_port()
+    dsn = f"postgresql://postgres:s3cret@127.0.0.1:{port}/postgres"
 
     for command in ("serve", "migrate"):
         line = error_line(run(command, "--database-url", dsn))
-        assert "database is unreachable" in line, command
+        assert f"the ledger database at 127.0.0.1:{port} is unreachable" in line
+        assert "--database-url (EFFECT_BROKER_DATABASE_URL)" in line, command
+        assert "`effect-broker up` starts an embedded PostgreSQL" in line
+        assert "s3cret" not in line
+
+
+def test_a_wrong_database_name_or_user_says_which_and_where(database_url: str) -> None:
+    server = database_url.rsplit("/", 1)[0]
+    host_port = server.rsplit("@", 1)[-1]
+
+    missing = error_line(run("migrate", "--database-url", f"{server}/no_such_db"))
+    nobody = error_line(
+        run("migrate", "--database-url", f"postgresql://no_such_role@{host_port}/x")
+    )
+
+    assert f"the PostgreSQL server at {host_port} has no such database" in missing
+    assert "createdb" in missing
+    assert f"the ledger database at {host_port} refused the login" in nobody
+    assert "check the user and password" in nobody
 
 
 def test_a_bad_routes_file_names_file_and_line(tmp_path: Path) -> None:

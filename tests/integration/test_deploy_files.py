@@ -137,6 +137,18 @@ def test_compose_serves_the_mounted_routes_and_needs_a_master_key() -> None:
     assert compose["services"]["migrate"]["command"] == ["migrate"]
 
 
+def test_compose_refuses_to_start_without_an_admin_token() -> None:
+    """``${VAR:?...}`` stops compose when the variable is unset or empty: the admin API
+    must not start with a blank token (it would answer nobody, silently)."""
+    broker = yaml.safe_load((ROOT / "docker-compose.yml").read_text())["services"][
+        "broker"
+    ]
+
+    token = broker["environment"]["EFFECT_BROKER_ADMIN_TOKEN"]
+    assert token.startswith("${EFFECT_BROKER_ADMIN_TOKEN:?")
+    assert "openssl rand" in token
+
+
 def test_only_the_broker_inherits_the_images_health_check() -> None:
     """The image's check asks the admin port; other services built from it lack one."""
     services = yaml.safe_load((ROOT / "docker-compose.yml").read_text())["services"]

@@ -115,6 +115,8 @@ async def setup(database_url: str, tmp_path: Path) -> AsyncIterator[Setup]:
         environ.update(
             HTTPS_PROXY=broker.proxy_url,
             https_proxy=broker.proxy_url,
+            HTTP_PROXY=broker.proxy_url,
+            http_proxy=broker.proxy_url,
             SSL_CERT_FILE=str(bundle),
             REQUESTS_CA_BUNDLE=str(bundle),
             CURL_CA_BUNDLE=str(bundle),
@@ -169,8 +171,10 @@ async def call_curl(s: Setup, headers: dict[str, str], body: bytes, tmp: Path) -
     )
 
 
-async def call_node(s: Setup, headers: dict[str, str], body: bytes) -> Reply:
-    args = ["node", str(NODE_DIR / "fetch_client.mjs"), URL, json.dumps(headers)]
+async def call_node(
+    s: Setup, headers: dict[str, str], body: bytes, url: str = URL
+) -> Reply:
+    args = ["node", str(NODE_DIR / "fetch_client.mjs"), url, json.dumps(headers)]
     return _reply(await run(args, s.environ, body))
 
 
@@ -246,6 +250,91 @@ async def test_client_through_https_proxy_gets_one_effect_and_replays(
         assert [(r["operation_key"], r["status"]) for r in rows] == [
             (OPERATION_KEY, "succeeded")
         ]
+
+
+@pytest.mark.parametrize("url", ["http://api.test/v1/charges", URL])
+async def test_node_proxy_agent_records_once_over_http_and_https(
+    database_url: str, tmp_path: Path, url: str
+) -> None:
+    """undici's EnvHttpProxyAgent tunnels http:// as well (CONNECT api.test:80): the
+    plain HTTP inside is served through the flow, recorded once and replayed."""
+    node_ready()
+    async with setup(database_url, tmp_path) as s:
+        headers = {"Content-Type": "application/json", "Operation-Key": "node-key"}
+        first = await call_node(s, headers, CHARGE, url)
+        retry = await call_node(s, headers, CHARGE, url)
+        assert first.status == 200, first
+        assert first.headers["effect-status"] == "succeeded"
+        assert retry.headers["idempotent-replayed"] == "true"
+        assert retry.headers["effect-id"] == first.headers["effect-id"]
+        assert retry.body == first.body
+        assert len(s.target.posts()) == 1
+        rows = await ledger_rows(database_url)
+        assert [(r["operation_key"], r["status"]) for r in rows] == [
+            ("node-key", "succeeded")
+        ]
+
+
+VERSIONS_DIR = NODE_DIR / "versions"
+NODE_BINARIES = {
+    "22": VERSIONS_DIR / "node_modules" / "node" / "bin" / "node",
+    "24": VERSIONS_DIR / "node_modules" / "node24" / "bin" / "node",
+}
+
+
+def node_binary(major: str) -> Path:
+    """Node of this major version, from the npm registry (``npm ci`` in
+    tests/node/versions on first use); skips when it cannot be had."""
+    node_ready()  # undici, for the EnvHttpProxyAgent client
+    binary = NODE_BINARIES[major]
+    if not binary.exists():
+        npm = shutil.which("npm")
+        if npm is None:
+            pytest.skip("npm is not installed: cannot fetch another Node version")
+        done = subprocess.run(
+            [npm, "ci", "--no-audit", "--no-fund"],
+            cwd=VERSIONS_DIR,
+            capture_output=True,
+            timeout=600,
+            check=False,
+        )
+        if done.returncode != 0 or not binary.exists():
+            pytest.skip(f"npm ci in tests/node/versions failed: {done.stderr[-300:]!r}")
+    return binary
+
+
+@pytest.mark.parametrize(
+    ("major", "script", "extra"),
+    [
+        ("22", "fetch_client.mjs", {}),
+        ("24", "fetch_client.mjs", {}),
+        ("24", "fetch_env_proxy.mjs", {"NODE_USE_ENV_PROXY": "1"}),
+    ],
+    ids=["node22-agent", "node24-agent", "node24-env-proxy"],
+)
+@pytest.mark.parametrize("url", ["http://api.test/v1/charges", URL])
+async def test_other_node_versions_record_once_over_http_and_https(
+    database_url: str,
+    tmp_path: Path,
+    major: str,
+    script: str,
+    extra: dict[str, str],
+    url: str,
+) -> None:
+    """Node 22 and 24 with undici's EnvHttpProxyAgent, and Node 24's own fetch with
+    NODE_USE_ENV_PROXY=1: one effect, the retry replayed, over http:// and https://."""
+    binary = node_binary(major)
+    async with setup(database_url, tmp_path) as s:
+        environ = {**s.environ, **extra}
+        headers = {"Content-Type": "application/json", "Operation-Key": "node-key"}
+        args = [str(binary), str(NODE_DIR / script), url, json.dumps(headers)]
+        first = _reply(await run(args, environ, CHARGE))
+        retry = _reply(await run(args, environ, CHARGE))
+        assert first.status == 200, first
+        assert first.headers["effect-status"] == "succeeded"
+        assert retry.headers["idempotent-replayed"] == "true"
+        assert retry.body == first.body
+        assert len(s.target.posts()) == 1
 
 
 STRIPE_SCRIPT = """\

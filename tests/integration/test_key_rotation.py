@@ -236,5 +236,5 @@ async def test_status_and_doctor_name_what_a_missing_key_would_lose(
         "yes",
         "1",
         "1",
-        "1 idempotency root",
+        "1",  # the idempotency root (column "roots")
     ]

@@ -72,6 +72,7 @@ async def test_hostile_messages(database_url: str, tmp_path: Path) -> None:
     assert "params.name" in nameless.json["error"]["message"]
     assert large.status == 413 and "4096" in large.json["error"]["message"]
     for refused in (mismatch, wrong_method):
+        assert refused.status == 400, refused  # what the revision of -32020 requires
         assert refused.json["error"]["code"] == -32020, refused
         assert refused.json["id"] == 1
     assert "Mcp-Name" in mismatch.json["error"]["message"]

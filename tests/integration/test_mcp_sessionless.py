@@ -5,16 +5,18 @@ no session. The server is the SDK's own, counting what it really ran."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 from mcp.shared.exceptions import MCPError
 
-from tests.integration.harness import ledger_rows
+from tests.integration.harness import ledger_rows, request
 from tests.integration.mcp_support import (
     REVISION,
     ToolStore,
     calls_seen,
+    envelope,
     mcp_broker,
     modern,
     raw_call,
@@ -134,9 +136,84 @@ async def test_an_mcp_name_that_disagrees_with_the_body_is_refused(
     assert calls_seen(store, "get_balance") == []
     assert len(calls_seen(store, "create_charge")) == 1
     error = mismatch.json["error"]
+    assert mismatch.status == 400, mismatch
     assert mismatch.json["id"] == "x-1"
     assert error["code"] == -32020 and "Mcp-Name" in error["message"], error
     assert error["data"]["type"].endswith("/invalid-mcp-message")
     assert accepted.status == 200 and "result" in accepted.json, accepted
     assert store.calls == {"create_charge": 1}
     assert [(r["operation_key"], r["status"]) for r in rows] == [("m-9", "succeeded")]
+
+
+@pytest.mark.parametrize("left_out", ["Mcp-Method", "Mcp-Name"])
+async def test_a_request_of_the_revision_without_its_routing_headers_is_refused(
+    database_url: str, tmp_path: Path, left_out: str
+) -> None:
+    """From 2026-07-28 a POST must name itself in Mcp-Method (and Mcp-Name for a
+    tools/call): one that leaves either out is a 400 -32020, never forwarded."""
+    store = ToolStore()
+    charge = {"amount": 5, "currency": "eur", "operation_key": "m-5"}
+    headers = {
+        "Content-Type": "application/json",
+        "Accept": "application/json, text/event-stream",
+        "Mcp-Protocol-Version": REVISION,
+        "Mcp-Method": "tools/call",
+        "Mcp-Name": "create_charge",
+    }
+    del headers[left_out]
+    async with mcp_broker(database_url, tmp_path, store) as broker:
+        refused = await request(
+            "POST",
+            f"{broker.proxy_url}/mcp",
+            headers=headers,
+            data=json.dumps(
+                {
+                    "jsonrpc": "2.0",
+                    "id": "h-1",
+                    "method": "tools/call",
+                    "params": {
+                        "name": "create_charge",
+                        "arguments": charge,
+                        "_meta": envelope(),
+                    },
+                }
+            ),
+        )
+        rows = await ledger_rows(database_url)
+    assert refused.status == 400, refused
+    assert refused.json["error"]["code"] == -32020
+    assert left_out in refused.json["error"]["message"]
+    assert store.calls == {} and rows == []
+
+
+async def test_a_replay_takes_the_shape_of_the_retrys_revision(
+    database_url: str, tmp_path: Path
+) -> None:
+    """Recorded by a 2026-07-28 client (``resultType: complete``), replayed to a
+    2025-11-25 retry without it: each revision gets the shape it requires."""
+    store = ToolStore()
+    charge = {"amount": 7, "currency": "eur", "operation_key": "m-7"}
+    async with mcp_broker(database_url, tmp_path, store) as broker:
+        first = await raw_call(broker, "r-1", "create_charge", charge)
+        legacy = await request(
+            "POST",
+            f"{broker.proxy_url}/mcp",
+            headers={
+                "Content-Type": "application/json",
+                "Accept": "application/json, text/event-stream",
+                "Mcp-Protocol-Version": "2025-11-25",
+            },
+            data=json.dumps(
+                {
+                    "jsonrpc": "2.0",
+                    "id": "r-2",
+                    "method": "tools/call",
+                    "params": {"name": "create_charge", "arguments": charge},
+                }
+            ),
+        )
+    assert first.json["result"]["resultType"] == "complete", first
+    assert legacy.headers.get("Idempotent-Replayed") == "true", legacy
+    assert "resultType" not in legacy.json["result"]
+    assert legacy.json["result"]["content"] == first.json["result"]["content"]
+    assert store.calls == {"create_charge": 1}

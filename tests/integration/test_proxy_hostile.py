@@ -20,6 +20,8 @@ import pytest
 from aiohttp import web
 from yarl import URL
 
+from effect_broker.proxy import app as proxy_app
+from effect_broker.ratelimited_log import RateLimitedLog
 from tests.integration.harness import (
     PROBLEM_JSON,
     PROBLEMS,
@@ -265,9 +267,16 @@ async def test_an_unmatched_get_passes_through_untouched_and_unrecorded(
 
 
 async def test_an_operation_key_on_an_unmatched_request_is_said_to_be_unrecorded(
-    broker: Broker, database_url: str, caplog: pytest.LogCaptureFixture
+    broker: Broker,
+    database_url: str,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """The client meant it to be recorded: the answer and the log say it was not."""
+    """The client meant it to be recorded: the answer and the log say it was not.
+
+    The limiter is module-wide and keyed by cause: a fresh one, as a new process has,
+    so another test's unrecorded request within the hour cannot hide this line."""
+    monkeypatch.setattr(proxy_app, "unrecorded_log", RateLimitedLog(proxy_app.log))
     async with echo_upstream() as echo:
         answers = [
             await request(

@@ -159,6 +159,9 @@ async def test_idempotent_lost_answer_is_resent_with_the_same_key_and_charged_on
         replay = await post(url, key="order-4:charge", body=charge("order-4"))
 
         effect_id = assert_outcome_unknown(first, 504)
+        # Title and detail agree: a retry with the same key is safe, and it happens.
+        assert "will not be retried" not in first.problem["title"]
+        assert "same Operation-Key is safe" in first.problem["detail"]
         assert retry.status == 201
         assert retry.headers["Effect-Id"] == effect_id
         assert retry.headers["Effect-Status"] == "succeeded"

@@ -17,11 +17,15 @@ from effect_broker.engine.protocol import COMPLETE
 from effect_broker.errors import ConfigError
 from effect_broker.mcp.answers import McpProtocol
 from effect_broker.mcp.jsonrpc import (
+    HEADER_MISMATCH,
     Refusal,
     check_routing_headers,
     find_response,
     fingerprint_body,
     parse_message,
+    replace_sse_response,
+    revision_of,
+    shaped_for,
     take_operation_key,
     tool_call,
 )
@@ -250,3 +254,59 @@ def test_mcp_route_config() -> None:
     assert route.match.methods == {"POST", "GET", "DELETE"}
     assert [bound.contract.name for bound in route.bound_routes()] == ["c"]
     assert timedelta(0) < route.mcp.tools["t"].timeout
+
+
+def test_the_revision_that_defines_the_routing_headers_requires_them() -> None:
+    parsed = parse_message(
+        json.dumps(
+            {
+                "jsonrpc": "2.0",
+                "id": 1,
+                "method": "tools/call",
+                "params": {
+                    "name": "charge",
+                    "_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28"},
+                },
+            }
+        ).encode()
+    )
+    revision = revision_of(parsed, None)
+    assert revision == "2026-07-28"
+    assert revision_of(parsed, "2025-11-25") == "2025-11-25"
+    check_routing_headers(parsed, "tools/call", "charge", revision=revision)
+    for method, name in (("tools/call", None), (None, "charge")):
+        with pytest.raises(Refusal) as refused:
+            check_routing_headers(parsed, method, name, revision=revision)
+        assert refused.value.code == HEADER_MISMATCH
+    # Earlier revisions (and clients that name none) may leave them out.
+    check_routing_headers(parsed, None, None, revision="2025-11-25")
+    check_routing_headers(parsed, None, None)
+
+
+def test_an_sse_answer_keeps_its_priming_event_when_its_response_is_replaced() -> None:
+    body = (
+        b"id: e-1\r\nretry: 500\r\ndata: \r\n\r\n"
+        b"event: message\r\nid: e-2\r\n"
+        b'data: {"jsonrpc":"2.0","id":3,"result":{"tools":[]}}\r\n\r\n'
+    )
+    replaced = replace_sse_response(body, {"jsonrpc": "2.0", "id": 3, "result": {"x": 1}})
+    assert replaced is not None
+    assert replaced.startswith(b"id: e-1\nretry: 500\ndata: \n\n")
+    assert b"event: message\nid: e-2\n" in replaced
+    assert find_response("text/event-stream", replaced) == {
+        "jsonrpc": "2.0",
+        "id": 3,
+        "result": {"x": 1},
+    }
+    assert replace_sse_response(b"id: 1\ndata: \n\n", {"id": 1}) is None
+
+
+def test_a_recorded_result_takes_the_shape_of_the_asking_revision() -> None:
+    legacy = {"content": [], "isError": False}
+    modern = {**legacy, "resultType": "complete"}
+    assert shaped_for(legacy, "2026-07-28") == modern
+    assert shaped_for(modern, "2026-07-28") == modern
+    assert shaped_for(modern, "2025-11-25") == legacy
+    assert shaped_for(modern, None) == legacy
+    asking = {"resultType": "input_required"}
+    assert shaped_for(asking, "2025-11-25") == asking  # never dressed as complete

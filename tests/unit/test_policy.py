@@ -9,7 +9,12 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from effect_broker.config.contracts import Contract, Probe
-from effect_broker.engine.policy import DEFAULT_RETRY_AFTER, Verdict, decide
+from effect_broker.engine.policy import (
+    DEFAULT_RETRY_AFTER,
+    INSIDE_THE_PROXY,
+    Verdict,
+    decide,
+)
 from effect_broker.models import Effect
 from effect_broker.models import EffectStatus as S
 from effect_broker.models import SafetyClass as C
@@ -282,3 +287,20 @@ def test_only_transactional_effects_are_looked_up_by_attempt_key(
     safety: C, status: S
 ) -> None:
     assert verdict(safety, status) is not Verdict.LOOKUP
+
+
+@pytest.mark.parametrize("safety", list(C))
+def test_a_failure_inside_the_proxy_does_not_spend_the_retry_limit(safety: C) -> None:
+    """The reconciler and a client retry ask ``decide``: neither gives up on an effect
+    whose last attempt failed on the proxy's own TLS trust, pool or send fence."""
+    spent = CONTRACTS[safety].retry_limit
+    inside = f"{INSIDE_THE_PROXY}the certificate of 127.0.0.1 did not verify"
+
+    assert (
+        verdict(safety, S.RETRYABLE, attempts=spent, last_error=inside)
+        is Verdict.DISPATCH
+    )
+    assert (
+        verdict(safety, S.RETRYABLE, attempts=spent, last_error="could not connect")
+        is Verdict.GIVE_UP
+    )

@@ -19,7 +19,9 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from pydantic import BaseModel, SecretStr
 
 from effect_broker.admin.auth import ADMIN_TOKEN, TENANT, configured_token, require_token
+from effect_broker.admin.console import add_console
 from effect_broker.admin.openapi import openapi_document
+from effect_broker.admin.redaction import shown_request
 from effect_broker.admin.schemas import Health, Readiness
 from effect_broker.admin.state import ADMIN_STATE, AdminState
 from effect_broker.admin.validation import (
@@ -182,7 +184,12 @@ async def get_effect(request: web.Request) -> web.Response:
             )
         folded = fold_events(events, at_sequence)
     view = effect_detail_view(
-        effect, events, attempts, chain_intact=first_bad is None, at_sequence=folded
+        effect,
+        events,
+        attempts,
+        chain_intact=first_bad is None,
+        at_sequence=folded,
+        request=shown_request(request.app[ADMIN_STATE], effect),
     )
     return _json(view)
 
@@ -264,12 +271,17 @@ async def problems(request: web.Request, handler: Handler) -> web.StreamResponse
 
 
 def build_admin_app(
-    state: AdminState, *, admin_token: SecretStr | str | None = None
+    state: AdminState,
+    *,
+    admin_token: SecretStr | str | None = None,
+    trace_url: str | None = None,
 ) -> web.Application:
     """The admin app for ``state``; ``admin_token`` unlocks ``/v1`` in sidecar mode.
 
     Without a token a sidecar's ``/v1`` answers 401 with how to set one: an admin API
-    that settles effects by hand must never be open by default.
+    that settles effects by hand must never be open by default. The operator console
+    (``/console``) logs in with the same token; ``trace_url`` (with ``{trace_id}``)
+    links each effect to the trace UI.
     """
     app = web.Application(middlewares=[problems, require_token])
     app[ADMIN_STATE] = state
@@ -285,4 +297,5 @@ def build_admin_app(
     app.router.add_get("/v1/effects/{effect_id}/receipt", get_receipt)
     app.router.add_post("/v1/effects/{effect_id}/reconcile", post_reconcile)
     app.router.add_post("/v1/effects/{effect_id}/resolve", post_resolve)
+    add_console(app, admin_token=token, trace_url=trace_url)
     return app

@@ -240,17 +240,22 @@ OPERATIONS: tuple[Operation, ...] = (
             409: problem(
                 "Refused: already settled (`already-settled`), not awaiting an operator "
                 "(`not-resolvable`), a requeue the contract forbids (`requeue-refused`: "
-                "an unsafe target cannot be safely resent; resolve as failed and use a "
-                "new Operation-Key), or it changed meanwhile (`stale-version`)."
+                "an unsafe target cannot be safely resent; resolve as did_not_happen "
+                "with proof, or abandoned), or it changed meanwhile (`stale-version`)."
             ),
             413: TOO_LARGE,
         },
         description=(
-            "Only from outcome_unknown or manual_review. `succeeded` stores an operator "
-            "receipt (200, JSON) that client retries replay; `failed` stores a 422 "
-            "receipt; `not_committed` requeues the effect for dispatch, which only "
-            "idempotent and reconcilable contracts allow. The reason and evidence are "
-            "recorded in the event history."
+            "Only from outcome_unknown or manual_review. `succeeded` (evidence "
+            "required) stores an operator receipt that client retries are answered "
+            "from: it happened. `not_committed` requeues the effect for dispatch, "
+            "which only idempotent and reconcilable contracts allow. `did_not_happen` "
+            "(evidence required: the proof) settles it as failed_final; a retry is told "
+            "it did not happen and may be sent under a new Operation-Key. `abandoned` "
+            "settles it as failed_final without a claim; a retry is told it may have "
+            "happened, and that a new Operation-Key risks doing it twice. `failed` is "
+            "the deprecated word for `abandoned`. The reason and evidence are recorded "
+            "in the event history."
         ),
         body=True,
     ),

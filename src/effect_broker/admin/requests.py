@@ -172,17 +172,47 @@ class ResolveNotCommitted(_Resolve):
     resolution: Literal["not_committed"]
 
 
+class ResolveDidNotHappen(_Resolve):
+    """It did not happen, with proof: settle as failed_final with a 422 receipt; the
+    agent is told it did not happen and may send it again under a new Operation-Key."""
+
+    resolution: Literal["did_not_happen"]
+    evidence: dict[Text, EvidenceValue] = Field(  # required, and not empty
+        min_length=1,
+        description=EVIDENCE_DESCRIPTION + " Required: the proof it did not happen.",
+    )
+
+
+class ResolveAbandoned(_Resolve):
+    """Given up without knowing: settle as failed_final with a 422 receipt; the agent is
+    told it may have happened, and that a new Operation-Key risks doing it twice."""
+
+    resolution: Literal["abandoned"]
+
+
 class ResolveFailed(_Resolve):
-    """Give up for good: settle as failed_final with a 422 receipt."""
+    """Deprecated: the old word for ``abandoned``, accepted and recorded as abandoned."""
+
+    model_config = ConfigDict(
+        extra="forbid", frozen=True, json_schema_extra={"deprecated": True}
+    )
 
     resolution: Literal["failed"]
 
 
 ResolveBody = Annotated[
-    ResolveSucceeded | ResolveNotCommitted | ResolveFailed,
+    ResolveSucceeded
+    | ResolveNotCommitted
+    | ResolveDidNotHappen
+    | ResolveAbandoned
+    | ResolveFailed,
     Field(discriminator="resolution"),
 ]
-RESOLVE_BODY: TypeAdapter[ResolveSucceeded | ResolveNotCommitted | ResolveFailed] = (
-    TypeAdapter(ResolveBody)
-)
+RESOLVE_BODY: TypeAdapter[
+    ResolveSucceeded
+    | ResolveNotCommitted
+    | ResolveDidNotHappen
+    | ResolveAbandoned
+    | ResolveFailed
+] = TypeAdapter(ResolveBody)
 RESOLUTION_FIELDS = ("evidence", "external_id", "reason", "resolution")

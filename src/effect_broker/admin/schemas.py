@@ -147,6 +147,27 @@ class HistoryState(Answer):
     occurred_at: datetime
 
 
+class ShownRequest(Answer):
+    """The stored request as an operator may see it: what to look for at the target.
+
+    Credentials are hidden: header values whose names say credential or that the
+    route injects, and the values of secret-looking fields anywhere in a JSON body.
+    """
+
+    method: str
+    url: str
+    headers: list[tuple[str, str]] = Field(
+        description="[name, value] pairs, in order; hidden values read `[redacted]`."
+    )
+    body: str = Field(
+        description="The body: indented JSON, text, or a sentence saying what it is "
+        "when it cannot be shown (binary, too large)."
+    )
+    redacted: list[str] = Field(
+        description="What was hidden: `header NAME` and `body /json/pointer` entries."
+    )
+
+
 class EffectDetail(Effect):
     """The inspect view: the effect, its full history and what its contract can prove."""
 
@@ -156,6 +177,10 @@ class EffectDetail(Effect):
     chain_intact: bool = Field(description="Every event digest verifies.")
     history: list[Event]
     attempt_log: list[Attempt]
+    request: ShownRequest | None = Field(
+        description="The request as the client sent it, decrypted for this tenant "
+        "with its credentials hidden; null when it cannot be opened."
+    )
     at_sequence: HistoryState | None = Field(
         default=None,
         description="Present when `at_sequence` was asked for.",

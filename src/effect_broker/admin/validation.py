@@ -27,7 +27,12 @@ from effect_broker.admin.requests import (
     ListQuery,
     Query,
 )
-from effect_broker.engine.resolution import Resolution, ResolutionRequest
+from effect_broker.engine.resolution import (
+    DEPRECATED_ALIASES,
+    Resolution,
+    ResolutionRequest,
+    resolution_named,
+)
 from effect_broker.errors import (
     EffectNotFound,
     InvalidParameter,
@@ -51,9 +56,10 @@ _PARAMETER_RULES = {
 
 _RESOLUTIONS = ", ".join(resolution.value for resolution in Resolution)
 _EVIDENCE_REQUIRED = (
-    "is required to resolve as succeeded: say where you saw the effect, e.g. "
-    '{"external_id": "ch_1", "checked_in": "stripe dashboard"}'
+    "is required to resolve as succeeded or did_not_happen: say where you checked "
+    'and what you saw, e.g. {"external_id": "ch_1", "checked_in": "stripe dashboard"}'
 )
+_TAGS = {resolution.value for resolution in Resolution} | set(DEPRECATED_ALIASES)
 
 
 class NoSuchEvent(InvalidParameter):
@@ -118,7 +124,7 @@ def parse_effect_id(text: str) -> UUID:
 def _field_and_rest(error: ErrorDetails) -> tuple[str, tuple[int | str, ...]]:
     """The top-level field an error is about; the discriminator tag is not a field."""
     loc = error["loc"]
-    if loc and loc[0] in {resolution.value for resolution in Resolution}:
+    if loc and loc[0] in _TAGS:
         loc = loc[1:]
     return (str(loc[0]), loc[1:]) if loc else ("body", ())
 
@@ -180,5 +186,8 @@ def parse_resolution_body(raw: bytes) -> ResolutionRequest:
         raise InvalidResolution(field, _resolution_message(field, rest, error)) from None
     # The engine's own request type; the reason is kept without its outer blanks.
     return ResolutionRequest(
-        Resolution(body.resolution), body.reason.strip(), body.evidence, body.external_id
+        resolution_named(body.resolution),
+        body.reason.strip(),
+        body.evidence,
+        body.external_id,
     )

@@ -14,6 +14,7 @@ from datetime import UTC, datetime, timedelta
 from uuid import UUID
 
 from effect_broker.admin import schemas
+from effect_broker.admin.redaction import ShownRequest
 from effect_broker.admin.requests import ListQuery
 from effect_broker.engine.messages import StoredResponse
 from effect_broker.history import HistoryState
@@ -172,6 +173,16 @@ def history_state_view(state: HistoryState) -> schemas.HistoryState:
     )
 
 
+def shown_request_view(shown: ShownRequest) -> schemas.ShownRequest:
+    return schemas.ShownRequest(
+        method=shown.method,
+        url=shown.url,
+        headers=list(shown.headers),
+        body=shown.body,
+        redacted=list(shown.redacted),
+    )
+
+
 def effect_detail_view(
     effect: Effect,
     events: Sequence[EffectEvent],
@@ -179,14 +190,17 @@ def effect_detail_view(
     *,
     chain_intact: bool,
     at_sequence: HistoryState | None,
+    request: ShownRequest | None = None,
 ) -> schemas.EffectDetail:
-    """The inspect view: the effect, its full history and what its contract can prove."""
+    """The inspect view: the effect, its full history, what its contract can prove, and
+    the request (credentials hidden) so an operator knows what to look for."""
     return schemas.EffectDetail(
         **dict(effect_view(effect)),
         guarantee=GUARANTEES[effect.safety],
         chain_intact=chain_intact,
         history=[event_view(event) for event in events],
         attempt_log=[attempt_view(attempt) for attempt in attempts],
+        request=shown_request_view(request) if request else None,
         at_sequence=history_state_view(at_sequence) if at_sequence else None,
     )
 

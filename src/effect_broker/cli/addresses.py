@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import errno
 import re
+import socket
 
 from effect_broker.config.settings import Settings
 from effect_broker.errors import EffectBrokerError
@@ -66,3 +67,32 @@ def bind_failure(
             f"choose another with {flag} or {variable}"
         )
     return EffectBrokerError("; ".join(parts))
+
+
+def try_bind(host: str, port: int) -> None:
+    """Bind and release every address ``host`` names on ``port`` (as the server will,
+    with SO_REUSEADDR), so a port in use is known before anything is created."""
+    for family, kind, proto, _, address in socket.getaddrinfo(
+        host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+    ):
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            probe.bind(address)
+
+
+def check_free(settings: Settings) -> None:
+    """Refuse, in one line that names the flag, an address that cannot be bound now.
+
+    Called before any key, CA or database is made: a busy port found only after all
+    that leaves a folder full of state for a start that could never work.
+    """
+    check_addresses(settings)
+    for field in ADDRESS_SETTINGS:
+        host, port = split_address(getattr(settings, field))
+        try:
+            try_bind(host, port)
+        except OSError as exc:
+            failure = bind_failure(settings, exc, field=field)
+            if failure is None:
+                raise
+            raise failure from exc

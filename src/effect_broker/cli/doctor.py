@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import ssl
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -20,6 +21,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from effect_broker.cli.ca import ca_paths
 from effect_broker.cli.doctor_keys import (
     KeyFile,
     KeyFinding,
@@ -32,7 +34,7 @@ from effect_broker.cli.doctor_scope import (
     stuck_routes,
     suspect_routes,
 )
-from effect_broker.cli.local_state import up_database, using
+from effect_broker.cli.local_state import RunningUp, up_database, using
 from effect_broker.cli.options import DatabaseUrl, Routes, settings_from
 from effect_broker.cli.words import plural
 from effect_broker.config.durations import format_duration
@@ -40,6 +42,7 @@ from effect_broker.config.routes_config import RoutesConfig
 from effect_broker.config.routes_file import load_routes, resolve_inject_headers
 from effect_broker.config.settings import Settings
 from effect_broker.crypto import Keyring
+from effect_broker.engine.upstream import tls_failure
 from effect_broker.errors import EffectBrokerError
 from effect_broker.proxy.tls_ca import fingerprint
 from effect_broker.runtime import load_ca, upstream_tls_from
@@ -68,37 +71,74 @@ async def _guard(check: str, probe: Callable[[], Awaitable[Finding]]) -> Finding
         return Finding(check, False, exc.message)
 
 
-async def _reach(host: str, port: int) -> str | None:
-    """None when a TCP connection opens, else why not."""
-    try:
-        _, writer = await asyncio.wait_for(
-            asyncio.open_connection(host, port), CONNECT_TIMEOUT
-        )
-    except (OSError, TimeoutError) as exc:
-        return str(exc) or type(exc).__name__
-    writer.close()
-    await writer.wait_closed()
-    return None
+async def _ask(url: str, tls: ssl.SSLContext) -> str:
+    """HEAD the upstream as the proxy would reach it (same trust, no proxy variables,
+    certificates always verified); what it answered, or ``UpstreamProblem``."""
+    timeout = aiohttp.ClientTimeout(total=CONNECT_TIMEOUT * 2, connect=CONNECT_TIMEOUT)
+    async with (
+        aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(ssl=tls, limit=1),
+            trust_env=False,
+            timeout=timeout,
+        ) as session,
+        session.head(url, allow_redirects=False) as response,
+    ):
+        return f"HEAD answered {response.status}"
 
 
-async def _upstreams(config: RoutesConfig) -> list[Finding]:
-    findings = []
-    targets: set[tuple[str, int]] = set()
+def _origin(upstream: str) -> tuple[str, str, int]:
+    parts = urlsplit(upstream)
+    default = 443 if parts.scheme == "https" else 80
+    return parts.scheme, parts.hostname or "", parts.port or default
+
+
+async def _upstreams(config: RoutesConfig, tls: ssl.SSLContext | None) -> list[Finding]:
+    """Each upstream as the proxy would reach it: connect, TLS handshake with the
+    proxy's own trust (the system store plus EFFECT_BROKER_UPSTREAM_CA_FILE), HEAD.
+
+    A certificate the proxy does not trust fails: every recorded request of those
+    routes would end in 502 upstream-tls. An upstream that does not answer now is a
+    warning: the target may simply be down.
+    """
+    by_origin: dict[tuple[str, str, int], tuple[str, list[str]]] = {}
     for route in config.routes:
         if route.upstream:
-            parts = urlsplit(route.upstream)
-            default = 443 if parts.scheme == "https" else 80
-            targets.add((parts.hostname or "", parts.port or default))
-    for host, port in sorted(targets):
-        failure = await _reach(host, port)
-        findings.append(
-            Finding(
-                f"upstream {host}:{port}",
-                failure is None,
-                "reachable" if failure is None else f"cannot connect: {failure}",
-                warning=failure is not None,
+            url, names = by_origin.setdefault(
+                _origin(route.upstream), (route.upstream, [])
             )
-        )
+            names.append(route.name)
+    findings = []
+    for (scheme, host, port), (url, names) in sorted(by_origin.items()):
+        check = f"upstream {host}:{port}"
+        used_by = f" (routes {', '.join(names)})"
+        if tls is None:
+            findings.append(Finding(check, False, "not checked: no upstream trust store"))
+            continue
+        try:
+            answer = await _ask(url, tls)
+        except aiohttp.ClientConnectorCertificateError as exc:
+            findings.append(
+                Finding(
+                    check,
+                    False,
+                    f"{tls_failure(host, exc)}: every request of these routes would "
+                    "end in 502 upstream-tls and nothing would be sent. Trust the "
+                    "target's CA with EFFECT_BROKER_UPSTREAM_CA_FILE (a PEM bundle), "
+                    "or fix its certificate" + used_by,
+                )
+            )
+            continue
+        except aiohttp.ClientConnectorSSLError as exc:
+            findings.append(Finding(check, False, f"{tls_failure(host, exc)}{used_by}"))
+            continue
+        except (aiohttp.ClientError, OSError, TimeoutError) as exc:
+            why = str(exc) or type(exc).__name__
+            findings.append(
+                Finding(check, False, f"cannot reach it now: {why}{used_by}", True)
+            )
+            continue
+        verified = "TLS verified, " if scheme == "https" else ""
+        findings.append(Finding(check, True, f"{verified}{answer}{used_by}"))
     return findings
 
 
@@ -113,11 +153,16 @@ async def diagnose(settings: Settings) -> list[Finding]:
                 f"{settings.routes}: {plural(len(config.routes), 'route')}",
             )
         )
-        resolve_inject_headers(config, os.environ)
-        findings.append(Finding("secrets", True, "every ${env:...} reference is set"))
     except EffectBrokerError as exc:
         findings.append(Finding("routes", False, exc.message))
         config = None
+    if config is not None:
+        try:
+            resolve_inject_headers(config, os.environ)
+            findings.append(Finding("secrets", True, "every ${env:...} reference is set"))
+        except EffectBrokerError as exc:
+            # The routes themselves are fine: their upstreams are still checked below.
+            findings.append(Finding("secrets", False, exc.message))
     database_url, source = settings.database_url, ""
     if not database_url and (embedded := up_database(settings.data_dir)):
         database_url = embedded
@@ -140,10 +185,34 @@ async def diagnose(settings: Settings) -> list[Finding]:
         findings.append(Finding("ledger key", ledger.ok, ledger.detail))
         assert database_url is not None
         findings.append(await _payloads(database_url, keyring))
-    findings += tls_findings(settings)
+    findings += tls_findings(with_ups_ca(settings))
     if config is not None:
-        findings += await _upstreams(config)
+        try:
+            tls: ssl.SSLContext | None = upstream_tls_from(settings)
+        except EffectBrokerError:
+            tls = None  # reported by the "upstream TLS" check
+        findings += await _upstreams(config, tls)
     return findings
+
+
+def ups_routes(settings: Settings) -> Path | None:
+    """The routes file a running ``up`` in the data directory serves (the packaged
+    demo's included), for a doctor started beside it in a folder without one."""
+    running = RunningUp.find(settings.data_dir)
+    if running is None or running.routes is None or not Path(running.routes).exists():
+        return None
+    return Path(running.routes)
+
+
+def with_ups_ca(settings: Settings) -> Settings:
+    """The CA ``up`` intercepts with, when none is configured and up made one: doctor
+    next to a running up must not report "no CA" while up intercepts with its own."""
+    if settings.ca_cert is not None or settings.ca_key is not None:
+        return settings
+    cert, key = ca_paths(settings.data_dir)
+    if not (cert.exists() and key.exists()):
+        return settings
+    return settings.model_copy(update={"ca_cert": cert, "ca_key": key})
 
 
 def tls_findings(settings: Settings) -> list[Finding]:
@@ -156,7 +225,12 @@ def tls_findings(settings: Settings) -> list[Finding]:
     else:
         if ca is None:
             findings.append(
-                Finding("CA", True, "none: CONNECT to watched hosts is refused")
+                Finding(
+                    "CA",
+                    True,
+                    "none configured, and no CA of `effect-broker up` in "
+                    f"{settings.data_dir}: CONNECT to watched hosts is refused",
+                )
             )
         else:
             until = ca.certificate.not_valid_after_utc
@@ -165,6 +239,7 @@ def tls_findings(settings: Settings) -> list[Finding]:
                 Finding(
                     "CA",
                     left > timedelta(0),
+                    f"{settings.ca_cert}: CONNECT to watched hosts is intercepted; "
                     f"{fingerprint(ca.certificate)[:23]}... valid until "
                     f"{until:%Y-%m-%d}"
                     + ("" if left > CA_WARN_BEFORE else "; rotate: ca init --force"),
@@ -338,11 +413,17 @@ def doctor(
     """Check routes, secrets, master key, database, migrations, clock, CA, upstreams."""
     settings = settings_from(routes=routes, database_url=database_url, data_dir=data_dir)
     used: list[Path] = []
+    asked = routes is not None or bool(os.environ.get("EFFECT_BROKER_ROUTES"))
+    if not asked and not settings.routes.exists() and (served := ups_routes(settings)):
+        settings = settings.model_copy(update={"routes": served})
+        used.append(served)
     no_key = settings.master_key is None and settings.master_keys is None
     if no_key and (key_file := KeyFile.find(settings.data_dir)) is not None:
         used.append(key_file.path)
     if settings.database_url is None and up_database(settings.data_dir) is not None:
         used.append(settings.data_dir / "postgres")
+    if (up_ca := with_ups_ca(settings)) is not settings and up_ca.ca_cert is not None:
+        used.append(up_ca.ca_cert)
     if used:
         console.print(using(used), highlight=False)
     findings = asyncio.run(diagnose(settings))

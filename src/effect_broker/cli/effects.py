@@ -65,7 +65,9 @@ class As(StrEnum):
 
     SUCCEEDED = "succeeded"
     NOT_COMMITTED = "not_committed"
-    FAILED = "failed"
+    DID_NOT_HAPPEN = "did_not_happen"
+    ABANDONED = "abandoned"
+    FAILED = "failed"  # deprecated: the admin API records it as abandoned
 
 
 def _out() -> Console:
@@ -300,6 +302,7 @@ def inspect(
     out.print()
     out.print(Text("Guarantee: ", style="bold") + Text(effect["guarantee"]))
     out.print()
+    _print_request(out, effect.get("request"))
     _print_history(out, effect["history"])
     if effect["chain_intact"]:
         out.print(Text("event chain intact: every digest verifies", style="green"))
@@ -315,6 +318,24 @@ def inspect(
                 f"{plural(folded['attempts'], 'attempt')})"
             )
         )
+
+
+def _print_request(out: Console, shown: dict[str, Any] | None) -> None:
+    """What the client sent, credentials hidden: what to look for at the target."""
+    out.print(Text("Request", style="bold"))
+    if shown is None:
+        out.print("  (cannot be opened with this broker's master keys)")
+        out.print()
+        return
+    out.print(Text(f"  {shown['method']} {shown['url']}"))
+    for name, value in shown["headers"]:
+        out.print(Text(f"  {name}: {value}"))
+    out.print()
+    for line in shown["body"].splitlines():
+        out.print(Text(f"  {line}"))
+    if shown["redacted"]:
+        out.print(Text(f"  hidden: {', '.join(shown['redacted'])}", style="dim"))
+    out.print()
 
 
 @effects_app.command("reconcile")
@@ -353,8 +374,12 @@ def resolve(
         As,
         typer.Option(
             "--as",
-            help="succeeded: it happened; not_committed: it did not (requeue, where "
-            "the contract allows); failed: give up for good",
+            help="succeeded: it happened (evidence required; the agent's retry gets "
+            "this receipt); not_committed: it did not, send it again with the same "
+            "key (idempotent and reconcilable only); did_not_happen: it did not, with "
+            "proof (evidence required; the agent is told it may send it again under a "
+            "new Operation-Key); abandoned: give up without knowing (the agent is told "
+            "it may have happened). failed is the deprecated word for abandoned",
             case_sensitive=False,
         ),
     ],
@@ -365,7 +390,8 @@ def resolve(
         list[str] | None,
         typer.Option(
             "--evidence",
-            help="KEY=VALUE proof, repeatable; required for succeeded "
+            help="KEY=VALUE proof, repeatable; required for succeeded and "
+            "did_not_happen "
             "(e.g. --evidence checked_in='stripe dashboard')",
         ),
     ] = None,
@@ -386,8 +412,11 @@ def resolve(
             external_id=external_id,
         )
     out = _out()
+    word = As.ABANDONED if resolution is As.FAILED else resolution
+    if resolution is As.FAILED:
+        out.print("note: `failed` is the deprecated word for `abandoned`")
     out.print(
-        Text(f"effect {effect['id']} resolved as {resolution.value}; status now ")
+        Text(f"effect {effect['id']} resolved as {word.value}; status now ")
         + _status(effect["status"])
     )
     if effect["status"] == "prepared":

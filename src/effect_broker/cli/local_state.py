@@ -9,6 +9,7 @@ taken from a file must never be a silent surprise.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from dataclasses import dataclass
@@ -66,11 +67,14 @@ class RunningUp:
     pid: int
     proxy_url: str
     admin_url: str
+    routes: str | None = None  # the routes file it serves (the packaged demo's too)
 
     def write(self, directory: Path) -> Path:
         path = directory / RUNNING_FILE
-        found = {"pid": self.pid, "proxy_url": self.proxy_url}
+        found: dict[str, object] = {"pid": self.pid, "proxy_url": self.proxy_url}
         found["admin_url"] = self.admin_url
+        if self.routes is not None:
+            found["routes"] = self.routes
         path.write_text(json.dumps(found) + "\n")
         return path
 
@@ -83,10 +87,13 @@ class RunningUp:
         try:
             found = json.loads((directory / RUNNING_FILE).read_text())
             running = cls(int(found["pid"]), str(found["proxy_url"]), found["admin_url"])
-        except (OSError, ValueError, KeyError, TypeError):
+            routes = found.get("routes")
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
             return None
         if not isinstance(running.admin_url, str) or not _alive(running.pid):
             return None
+        if isinstance(routes, str):
+            running = dataclasses.replace(running, routes=routes)
         return running
 
 

@@ -19,6 +19,7 @@ from rich.console import Console
 from effect_broker.admin.app import build_admin_app
 from effect_broker.cli.options import AdminListen, DatabaseUrl, Routes, settings_from
 from effect_broker.cli.words import plural
+from effect_broker.config.hosts import http_url
 from effect_broker.config.routes_file import load_routes
 from effect_broker.config.settings import Settings
 from effect_broker.errors import EffectBrokerError
@@ -41,14 +42,18 @@ async def run_reconciler(settings: Settings) -> None:
             loop.add_signal_handler(signum, stop.set)
         host, port = await start_site(
             stack,
-            build_admin_app(admin_state(state), admin_token=settings.admin_token),
+            build_admin_app(
+                admin_state(state),
+                admin_token=settings.admin_token,
+                trace_url=settings.trace_url,
+            ),
             settings.admin_listen,
         )
         reconciler = Reconciler(state.engine)
         console.print(
             f"reconciler {reconciler.owner} running against "
             f"{plural(len(config.routes), 'route')} "
-            f"from {settings.routes}, admin on http://{host}:{port}; Ctrl-C stops it"
+            f"from {settings.routes}, admin on {http_url(host, port)}; Ctrl-C stops it"
         )
         await reconciler.run(stop)
 

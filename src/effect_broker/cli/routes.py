@@ -10,6 +10,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from effect_broker.cli.narrow import fitted
 from effect_broker.cli.words import plural
 from effect_broker.config.contracts import Contract, Route
 from effect_broker.config.durations import format_duration
@@ -23,6 +24,8 @@ routes_app = typer.Typer(help="Inspect and validate routes.yaml.", no_args_is_he
 
 # Piped output (CI logs, files) should not be squeezed to rich's 80-column default.
 _PIPE_WIDTH = 160
+# Narrower than this, a table's cells would fold mid-word: print blocks instead.
+_TABLE_WIDTH = 120
 
 
 @routes_app.command("validate")
@@ -41,13 +44,18 @@ def validate(
     console = Console()
     if not console.is_terminal:
         console = Console(width=_PIPE_WIDTH)
-    console.print(routes_table(config))
-    for route in config.routes:
-        if route.mcp is not None:
-            console.print(mcp_tools_table(route))
-    console.print(contracts_table(config))
+    print_tables(console, config)
     count = len(config.routes)
     console.print(f"{path}: valid ({plural(count, 'route')})")
+
+
+def print_tables(console: Console, config: RoutesConfig) -> None:
+    """Routes, MCP tools and contracts; as blocks in a terminal too narrow for them."""
+    console.print(fitted(console, routes_table(config), needs=_TABLE_WIDTH))
+    for route in config.routes:
+        if route.mcp is not None:
+            console.print(fitted(console, mcp_tools_table(route), needs=_TABLE_WIDTH))
+    console.print(fitted(console, contracts_table(config), needs=_TABLE_WIDTH))
 
 
 @routes_app.command("schema")

@@ -26,6 +26,7 @@ from effect_broker.cli.options import (
 )
 from effect_broker.cli.words import plural
 from effect_broker.cli.workers import parse_workers, supervise
+from effect_broker.config.hosts import http_url
 from effect_broker.config.routes_file import load_routes
 from effect_broker.config.settings import Settings
 from effect_broker.errors import EffectBrokerError
@@ -126,8 +127,8 @@ async def run_proxy(
     async with open_runtime(settings, config, migrate=migrate) as state:
 
         def ready(proxy: tuple[str, int], admin: tuple[str, int]) -> None:
-            proxy_url = f"http://{proxy[0]}:{proxy[1]}"
-            admin_url = f"http://{admin[0]}:{admin[1]}"
+            proxy_url = http_url(*proxy)
+            admin_url = http_url(*admin)
             console.print(
                 f"{worker + ': ' if worker else ''}"
                 f"effect-broker proxy on {proxy_url}, admin on {admin_url}, "
@@ -156,6 +157,7 @@ async def run_proxy(
                 on_ready=ready,
                 reconcile=settings.reconciler,
                 admin_token=settings.admin_token,
+                trace_url=settings.trace_url,
                 edge=EdgeLimits.from_settings(settings),
                 reuse_port=reuse_port,
             )

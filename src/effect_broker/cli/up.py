@@ -29,6 +29,7 @@ import typer
 from pydantic import SecretStr
 from rich.console import Console
 
+from effect_broker.cli.addresses import check_free, try_bind
 from effect_broker.cli.ca import ensure_ca, trust_lines
 from effect_broker.cli.init import STARTER_ROUTES
 from effect_broker.cli.local_state import RUNNING_FILE, RunningUp, shown
@@ -164,6 +165,17 @@ def up(
             "`effect-broker up --demo` runs the packaged demo"
         )
         raise typer.Exit(2)
+    try:
+        _start(settings, packaged=packaged, demo=demo, demo_port=demo_port)
+    except KeyboardInterrupt:
+        # Ctrl-C at any stage: everything started so far was stopped on the way out.
+        console.print("\ninterrupted: stopped everything that had started")
+        raise typer.Exit(130) from None
+    console.print("effect-broker stopped")
+
+
+def _start(settings: Settings, *, packaged: bool, demo: bool, demo_port: int) -> None:
+    """Every stage of ``up``, in order; each one stops again when the block unwinds."""
     with ExitStack() as stack:
         try:
             if packaged:
@@ -171,6 +183,9 @@ def up(
                     update={"routes": stack.enter_context(as_file(STARTER_ROUTES))}
                 )
             load_routes(settings.routes)  # before any key, CA or cluster is made
+            check_free(settings)  # and the ports, likewise
+            if demo:
+                _check_demo_port(demo_port)
             directory = settings.data_dir.resolve()
             directory.mkdir(parents=True, exist_ok=True)
             console.print(f"effect-broker up (data in {directory})")
@@ -206,7 +221,8 @@ def up(
             stack.callback((directory / RUNNING_FILE).unlink, missing_ok=True)
 
             def ready(proxy_url: str, admin_url: str) -> None:
-                RunningUp(os.getpid(), proxy_url, admin_url).write(directory)
+                served = str(settings.routes.resolve())
+                RunningUp(os.getpid(), proxy_url, admin_url, served).write(directory)
 
             run_on_fastest_loop(
                 run_proxy(settings, migrate=True, banner=banner, on_ready=ready)
@@ -214,7 +230,16 @@ def up(
         except EffectBrokerError as exc:
             console.print(f"[red]error:[/] {exc.message}")
             raise typer.Exit(1) from exc
-    console.print("effect-broker stopped")
+
+
+def _check_demo_port(port: int) -> None:
+    try:
+        try_bind("127.0.0.1", port)
+    except OSError as exc:
+        raise EffectBrokerError(
+            f"the demo target's port {port} cannot be used ({exc.strerror}); choose "
+            "another with --demo-port"
+        ) from exc
 
 
 def _demo_routes_on(settings: Settings, directory: Path, port: int) -> Settings:
@@ -238,13 +263,21 @@ def _with_ca(settings: Settings, directory: Path) -> tuple[Settings, list[str]]:
     return settings, trust_lines(cert, bundle)
 
 
+# Where a client must not use the proxy: the sidecar's own ports.
+NO_PROXY = "127.0.0.1,localhost"
+
+
 def _banner(target: str | None, token_file: Path, trust: list[str]) -> str:
     lines = [
         "",
         "effect-broker is up. Send your agent's HTTP through it:",
         "  export http_proxy={proxy} https_proxy={proxy} HTTP_PROXY={proxy} "
         "HTTPS_PROXY={proxy}",
+        f"  export no_proxy={NO_PROXY} NO_PROXY={NO_PROXY}",
+        "  (without no_proxy, a request to the sidecar itself, reverse mode or the "
+        "admin API, goes through the proxy and is refused: 403 egress-refused)",
         "Admin API: {admin}  (/healthz, /readyz, /metrics, /v1/effects)",
+        "Operator console: {admin}/console  (log in with the admin token)",
         "Operators, in this folder (doctor, serve and effects read "
         f"{shown(token_file.parent)}/):",
         "  effect-broker effects list",

@@ -31,6 +31,8 @@ DEFAULT_LEDGER_RETENTION = timedelta(days=7)
 
 UnmatchedPolicy = Literal["pass", "reject-mutating"]
 DuplicateAction = Literal["warn", "hold"]
+# How the proxy's own refusals are written for a contract's clients (``dialects``).
+ErrorDialect = Literal["problem", "stripe", "openai", "anthropic"]
 ConnectPolicy = Literal["tunnel", "refuse"]
 McpUnclassified = Literal["reject", "pass"]
 
@@ -121,6 +123,9 @@ class Contract:
         """The longest silence a streamed answer may keep."""
         return self.stream_idle_timeout or self.timeout
 
+    # The envelope the proxy's own refusals use, so the target's SDK can read them.
+    error_dialect: ErrorDialect = "problem"
+
     @property
     def downstream_header(self) -> str | None:
         """The header that carries the derived downstream key, or None (unsafe).
@@ -199,6 +204,9 @@ class Route:
     source: str = "<config>"
     line: int | None = None
     mcp: McpTools | None = None  # set: an MCP endpoint, ``contract`` is a placeholder
+    # Unrecorded requests under this route's prefix (reverse) or to its host (forward)
+    # go on unrecorded; False refuses them (see ``proxy.prefixes``).
+    passthrough: bool = True
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "inject_headers", frozen_mapping(self.inject_headers))

@@ -188,3 +188,11 @@ def route_key(authority: str) -> str:
 def host_key(authority: str) -> str:
     """The canonical host of an authority, port dropped: what the CONNECT guard uses."""
     return canonical_host(split_authority(authority)[0]).name
+
+
+def http_url(host: str, port: int) -> str:
+    """``http://host:port`` with an IPv6 host in brackets (``http://[::1]:8080``): the
+    form a URL, a proxy variable or a browser accepts; ``::1:8080`` is none of them."""
+    bare = host.strip("[]")
+    shown = f"[{bare}]" if ":" in bare else bare
+    return f"http://{shown}:{port}"

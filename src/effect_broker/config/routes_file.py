@@ -183,6 +183,7 @@ def _contract(section: ContractSection) -> Contract:
         in_flight_wait=section.in_flight_wait,
         duplicate_guard=_duplicate_guard(section),
         stream_idle_timeout=section.stream_idle_timeout,
+        error_dialect=section.error_dialect,
     )
     if isinstance(section, IdempotentContract):
         if section.ledger_retention is None:  # the default never undercuts the key's
@@ -251,6 +252,7 @@ def _route(
         ),
         source=document.source,
         line=line,
+        passthrough=section.passthrough,
     )
 
 

@@ -32,6 +32,7 @@ from effect_broker.config.contracts import (
     DEFAULT_TIMEOUT,
     MCP_METHODS,
     ConnectPolicy,
+    ErrorDialect,
     RouteMatch,
     UnmatchedPolicy,
 )
@@ -162,6 +163,12 @@ class ContractBase(Section):
         description="Overrides proxy.operation_key_header for this contract's routes; "
         "may be the idempotency header itself (Idempotency-Key), so an SDK's own key "
         "becomes the operation key while the target still gets the derived key.",
+    )
+    error_dialect: ErrorDialect = Field(
+        "problem",
+        description="How the proxy's own refusals on this contract's routes are "
+        "written: problem (RFC 9457 problem+json), or the error envelope an SDK parses "
+        '({"error": {"type", "code", "message", ...}}): stripe, openai, anthropic.',
     )
 
 
@@ -368,6 +375,12 @@ class RouteSection(Section):
     )
     operation_key_header: Optional[HeaderName] = Field(
         None, description="Overrides proxy.operation_key_header for this route."
+    )
+    passthrough: bool = Field(
+        True,
+        description="Whether requests no route records go on unrecorded: in reverse "
+        "mode those under strip_prefix (to this route's upstream), in forward mode "
+        "those to match.host. false refuses them with a problem naming the routes.",
     )
 
     @model_validator(mode="after")

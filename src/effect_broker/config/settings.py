@@ -24,6 +24,12 @@ class Settings(BaseSettings):
     )
     listen: str = Field("127.0.0.1:8080", description="Proxy address, host:port.")
     admin_listen: str = Field("127.0.0.1:8081", description="Admin API address.")
+    allowed_hosts: str = Field(
+        "",
+        description="Further names (comma-separated; .example.com for a domain, * for "
+        "any) a reverse-mode or MCP request may name in Host, beside localhost, IP "
+        "addresses, the listen host and the machine's host name.",
+    )
     tenant: str = Field("default", description="The tenant a sidecar serves.")
     gateway: bool = Field(
         False, description="Shared gateway: tenant from Proxy-Authorization API keys."
@@ -37,6 +43,12 @@ class Settings(BaseSettings):
         "out: the first encrypts, every one decrypts. Instead of master_key.",
     )
     admin_token: SecretStr | None = Field(None, description="Bearer token for admin.")
+    trace_url: str | None = Field(
+        None,
+        description="Your trace UI's address for one trace, with {trace_id} in it "
+        "(e.g. https://jaeger.internal/trace/{trace_id}): the console links each "
+        "effect's trace id there.",
+    )
     ca_cert: Path | None = Field(
         None,
         description="The local CA certificate (PEM): with --ca-key, CONNECT to a host "

@@ -34,6 +34,7 @@ from effect_broker.engine.outcomes import (
     next_look_when_unknown,
     status_after_answer,
 )
+from effect_broker.engine.policy import INSIDE_THE_PROXY
 from effect_broker.engine.probe import ProbeResult, ProbeVerdict, run_probe
 from effect_broker.engine.protocol import CutsShort, TargetProtocol
 from effect_broker.engine.sealed import seal_response
@@ -264,13 +265,21 @@ class Dispatcher:
                 effect, contract, f"{attempt.detail}; {EARLIER_UNKNOWN}"
             )
         if attempt.delivery is Delivery.NOT_SENT:
+            cause = _inside_the_proxy(attempt)
             return await self._store.transition(
                 effect,
                 EffectStatus.RETRYABLE,
                 kind="not_sent",
                 actor=self._owner,
                 due_in=backoff(effect.attempts, rng=self._rng),
-                error=attempt.detail,
+                error=attempt.detail
+                if cause is None
+                else INSIDE_THE_PROXY + attempt.detail,
+                details={
+                    "reason": attempt.detail,
+                    "cause": cause or "target_unreachable",
+                    "counts_against_retry_limit": cause is None,
+                },
             )
         if attempt.delivery is Delivery.UNKNOWN or attempt.response is None:
             return await self._mark_unknown(effect, contract, attempt.detail)
@@ -530,6 +539,7 @@ class Dispatcher:
             EffectStatus.OUTCOME_UNKNOWN,
             kind="outcome_unknown",
             actor=self._owner,
+            details={"reason": why},  # what the attempt got back, kept in the history
             due_in=next_look_when_unknown(
                 effect.safety, effect.attempts, contract.settlement_bound, rng=self._rng
             ),
@@ -538,6 +548,22 @@ class Dispatcher:
             # a full settlement bound after this point can prove absence.
             settle_within=contract.settlement_bound,
         )
+
+
+def _inside_the_proxy(attempt: AttemptResult) -> str | None:
+    """Why a not-sent attempt failed inside the proxy (None: at or near the target).
+
+    These say nothing about the target: its certificate failed the proxy's own trust
+    (fixed by configuration), no pooled connection was free, or the send fence withheld
+    the first byte. None may spend the effect's retry limit.
+    """
+    if attempt.tls:
+        return "upstream_tls"
+    if attempt.saturated:
+        return "pool_exhausted"
+    if attempt.withheld:
+        return "send_withheld"
+    return None
 
 
 def _attempt_of(head: AttemptResult, ending: Ending) -> AttemptResult:

@@ -28,6 +28,19 @@ from effect_broker.models import SafetyClass as Safety
 
 DEFAULT_RETRY_AFTER = timedelta(seconds=1)
 
+# How ``last_error`` begins when the last attempt failed inside the proxy (its own TLS
+# trust, its connection pool, its send fence) rather than at the target: nothing left,
+# and nothing was learnt about the target, so the attempt does not spend the retry
+# limit. The same key is tried again, under the configuration current by then.
+INSIDE_THE_PROXY = "failed inside the proxy, not at the target: "
+
+
+def failed_inside_the_proxy(effect: Effect) -> bool:
+    """Whether the retryable effect's last attempt failed for a reason of the proxy's."""
+    return effect.status is EffectStatus.RETRYABLE and (
+        effect.last_error or ""
+    ).startswith(INSIDE_THE_PROXY)
+
 
 class Verdict(StrEnum):
     DISPATCH = "dispatch"  # nothing left yet, or sending again is provably safe
@@ -78,6 +91,12 @@ def decide(
             return Decision(Verdict.DISPATCH, "reserved or requeued, never sent since")
         return Decision(Verdict.EXPIRE_LEASE, f"{status} lease expired: its holder died")
     if status is EffectStatus.RETRYABLE:
+        if failed_inside_the_proxy(effect):
+            return Decision(
+                Verdict.DISPATCH,
+                "the last attempt failed inside the proxy and sent nothing; it does not "
+                "count against the retry limit",
+            )
         if effect.attempts >= contract.retry_limit:
             return Decision(
                 Verdict.GIVE_UP,

@@ -18,6 +18,7 @@ from typing import Any
 from effect_broker.engine.messages import StoredResponse
 from effect_broker.errors import (
     AlreadySettled,
+    IllegalTransition,
     NotReconcilable,
     NotResolvable,
     RequeueRefused,
@@ -29,9 +30,24 @@ AWAITING_OPERATOR = frozenset({EffectStatus.OUTCOME_UNKNOWN, EffectStatus.MANUAL
 
 
 class Resolution(StrEnum):
+    """What an operator found out. Two ways to settle as failed_final, never confused:
+    ``did_not_happen`` is a claim backed by proof (the agent may send it again under a
+    new key), ``abandoned`` is giving up without knowing (it may have happened, and the
+    agent is told so). ``failed``, the old single word, is read as ``abandoned``: it
+    never required proof, so it must not tell an agent that nothing happened."""
+
     SUCCEEDED = "succeeded"  # it happened: settle with an operator receipt
     NOT_COMMITTED = "not_committed"  # it did not happen: requeue where resending is safe
-    FAILED = "failed"  # give up for good: settle as failed_final
+    DID_NOT_HAPPEN = "did_not_happen"  # proven absent: settle as failed_final
+    ABANDONED = "abandoned"  # given up, outcome unknown: settle as failed_final
+
+
+DEPRECATED_ALIASES: Mapping[str, Resolution] = {"failed": Resolution.ABANDONED}
+
+
+def resolution_named(word: str) -> Resolution:
+    """The resolution for an API or receipt word, deprecated aliases included."""
+    return DEPRECATED_ALIASES.get(word) or Resolution(word)
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,9 +137,10 @@ def plan(effect: Effect, request: ResolutionRequest) -> ResolutionPlan:
             raise RequeueRefused(
                 f"effect {effect.effect_id} is {effect.safety}: its target cannot "
                 "deduplicate or be asked, so sending it again could do it twice, and "
-                "effect-broker never resends it. If you are sure it did not happen, "
-                "resolve it as failed and send the intent again under a new "
-                "Operation-Key"
+                "effect-broker never resends it. If you can prove it did not happen, "
+                "resolve it as did_not_happen with that proof (the agent may then send "
+                "it again under a new Operation-Key); if you cannot tell, resolve it "
+                "as abandoned"
             )
         if request.external_id is not None:
             details["external_id"] = request.external_id
@@ -163,13 +180,60 @@ class OperatorVerdict:
     def happened(self) -> bool:
         return self.resolution is Resolution.SUCCEEDED
 
+    @property
+    def proven_absent(self) -> bool:
+        """The operator proved it did not happen; otherwise it may have."""
+        return self.resolution is Resolution.DID_NOT_HAPPEN
+
 
 def read_operator_receipt(response: StoredResponse) -> OperatorVerdict:
     """The resolution recorded in a receipt written by ``_operator_receipt``."""
     body = json.loads(response.body)
     return OperatorVerdict(
-        Resolution(body["resolution"]),
+        resolution_named(str(body["resolution"])),
         str(body.get("reason", "")),
         body.get("evidence") or {},
         body.get("external_id"),
     )
+
+
+# What each resolution does, in the words the CLI, the admin API's documentation and
+# the console show an operator before they choose it.
+CONSEQUENCES: Mapping[Resolution, str] = {
+    Resolution.SUCCEEDED: (
+        "It happened. The effect settles as succeeded; the agent's retry with the same "
+        "Operation-Key will get this receipt (your external id and evidence) and is "
+        "told not to issue it again. Nothing is sent to the target."
+    ),
+    Resolution.NOT_COMMITTED: (
+        "It did not happen, and the target deduplicates: the effect is sent again "
+        "with the same derived key on the agent's next retry or the reconciler's "
+        "next pass."
+    ),
+    Resolution.DID_NOT_HAPPEN: (
+        "It did not happen, and you have proof. The effect settles as failed_final; "
+        "the agent will be told it did not happen: it may send it again under a new "
+        "Operation-Key."
+    ),
+    Resolution.ABANDONED: (
+        "Give up without knowing. The effect settles as failed_final; the agent will "
+        "be told it may have happened, and that sending it again under a new "
+        "Operation-Key risks doing it twice."
+    ),
+}
+
+
+def permitted(effect: Effect) -> tuple[Resolution, ...]:
+    """The resolutions this effect's status and contract allow, in the order offered.
+
+    Decided by ``plan`` itself, so the choices an operator sees are exactly the ones a
+    submission would accept.
+    """
+    allowed = []
+    for choice in Resolution:
+        try:
+            plan(effect, ResolutionRequest(choice, "-", {"-": "-"}, None))
+        except (AlreadySettled, NotResolvable, RequeueRefused, IllegalTransition):
+            continue
+        allowed.append(choice)
+    return tuple(allowed)

@@ -23,6 +23,8 @@ from effect_broker.mcp.jsonrpc import (
     RequestId,
     encode,
     find_response,
+    is_sse,
+    replace_sse_response,
 )
 from effect_broker.mcp.tools_schema import mirror_tools
 from effect_broker.problems import jsonrpc_problem
@@ -154,9 +156,21 @@ async def list_tools(
     answer["result"] = mirror_tools(
         answer["result"], mcp.tools, mcp.operation_key_argument
     )
-    out = web.Response(
-        status=upstream.status, body=encode(answer), content_type="application/json"
+    # An SSE answer stays one, priming event and all: a client (or a conformance
+    # check) sees the framing the server chose, only the tools rewritten.
+    reframed = (
+        replace_sse_response(payload, answer)
+        if is_sse(upstream.headers.get("Content-Type"))
+        else None
     )
+    if reframed is not None:
+        out = web.Response(
+            status=upstream.status, body=reframed, content_type="text/event-stream"
+        )
+    else:
+        out = web.Response(
+            status=upstream.status, body=encode(answer), content_type="application/json"
+        )
     for name, value in headers:
         out.headers.add(name, value)
     return out

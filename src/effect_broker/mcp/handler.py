@@ -47,6 +47,7 @@ from effect_broker.mcp.inflight import (
 )
 from effect_broker.mcp.jsonrpc import (
     BODY_TOO_LARGE,
+    HEADER_MISMATCH,
     TOOL_REFUSED,
     Message,
     Refusal,
@@ -55,6 +56,7 @@ from effect_broker.mcp.jsonrpc import (
     fingerprint_body,
     forwarded_body,
     parse_message,
+    revision_of,
     take_operation_key,
     tool_call,
 )
@@ -119,6 +121,9 @@ class McpEndpoint:
                 message,
                 request.headers.get("Mcp-Method"),
                 request.headers.get("Mcp-Name"),
+                revision=revision_of(
+                    message, request.headers.get("MCP-Protocol-Version")
+                ),
             )
         except BodyTooLarge as exc:
             response = _refused(exc, None, BODY_TOO_LARGE, status=413)
@@ -222,7 +227,8 @@ class McpEndpoint:
         task.add_done_callback(self._running.discard)
         task.add_done_callback(lambda _: self.in_flight.end(token))
         outcome = await asyncio.shield(task)
-        answer = await render(outcome, call.id, request)
+        version = request.headers.get("MCP-Protocol-Version")
+        answer = await render(outcome, call.id, request, revision_of(message, version))
         return answer if relay is None else await relay.finish(answer)
 
     async def _submit_shared(
@@ -306,8 +312,11 @@ def _preview(path: RequestPath, tool: str, body: bytes) -> dict[str, Any]:
 
 
 def _refusal(refusal: Refusal) -> web.Response:
-    """A message refused before anything was forwarded."""
-    status = 200 if refusal.request_id is not None else 400
+    """A message refused before anything was forwarded: a header that disagrees with
+    the body is a 400 whatever the message (the revision that defines -32020 requires
+    it); other refusals of a request with an id go back as 200, the transport's way."""
+    readable = refusal.request_id is not None and refusal.code != HEADER_MISMATCH
+    status = 200 if readable else 400
     return _refused(
         InvalidMcpMessage(refusal.message),
         refusal.request_id,

@@ -297,6 +297,29 @@ def sse_data(body: bytes) -> list[bytes]:
     return events
 
 
+def replace_sse_response(body: bytes, answer: dict[str, Any]) -> bytes | None:
+    """``body``, an SSE stream, with the data of the event that carries the JSON-RPC
+    response replaced by ``answer``; every other event and field (a priming ``id:``
+    and ``retry:``, notifications) kept as the server sent it. None if none does."""
+    events = body.replace(b"\r\n", b"\n").split(b"\n\n")
+    for index, event in enumerate(events):
+        lines = event.split(b"\n")
+        data = b"\n".join(
+            line[5:].removeprefix(b" ") for line in lines if line.startswith(b"data:")
+        )
+        if not data or _response(data) is None:
+            continue
+        kept = [line for line in lines if line and not line.startswith(b"data:")]
+        events[index] = b"\n".join([*kept, b"data: " + encode(answer)])
+        return b"\n\n".join(events)
+    return None
+
+
+def is_sse(content_type: str | None) -> bool:
+    """Whether an answer is an SSE stream."""
+    return _is_sse(content_type)
+
+
 def _response(data: bytes) -> dict[str, Any] | None:
     try:
         value = json.loads(data)
@@ -325,12 +348,60 @@ def result_document(request_id: RequestId | None, answer: dict[str, Any]) -> byt
     return encode(out)
 
 
+#: The first revision whose POSTs must name themselves in Mcp-Method / Mcp-Name.
+HEADERS_REQUIRED_FROM = "2026-07-28"
+META_PROTOCOL_VERSION = "io.modelcontextprotocol/protocolVersion"
+
+
+def shaped_for(result: Any, revision: str | None) -> Any:
+    """A recorded ``result`` in the shape the asking client's revision requires,
+    whichever revision recorded it: from 2026-07-28 every result names its
+    ``resultType`` (absent meant ``complete`` before), and an earlier client is
+    never handed the 2026 tag for a complete result."""
+    if not isinstance(result, dict):
+        return result
+    if revision is not None and revision >= HEADERS_REQUIRED_FROM:
+        return result if "resultType" in result else {**result, "resultType": "complete"}
+    if result.get("resultType") == "complete":
+        return {name: value for name, value in result.items() if name != "resultType"}
+    return result
+
+
+def revision_of(message: Message, version_header: str | None) -> str | None:
+    """The protocol revision a message is sent under: its ``MCP-Protocol-Version``
+    header, else the version in its ``params._meta`` (sessionless revision)."""
+    if version_header:
+        return version_header.strip()
+    params = message.body.get("params")
+    meta = params.get("_meta") if isinstance(params, dict) else None
+    version = meta.get(META_PROTOCOL_VERSION) if isinstance(meta, dict) else None
+    return version if isinstance(version, str) else None
+
+
 def check_routing_headers(
-    message: Message, method_header: str | None, name_header: str | None
+    message: Message,
+    method_header: str | None,
+    name_header: str | None,
+    *,
+    revision: str | None = None,
 ) -> None:
     """The sessionless revision names the call in ``Mcp-Method`` and ``Mcp-Name``;
     an intermediary that routes by them must not see one call while the server runs
-    another, so a header that disagrees with the body is refused."""
+    another, so a header that disagrees with the body is refused, and from that
+    revision on (``revision``) so is a request (not a response or notification
+    without a method) that leaves one out."""
+    required = (
+        revision is not None
+        and revision >= HEADERS_REQUIRED_FROM
+        and message.method is not None
+    )
+    if required and method_header is None:
+        raise Refusal(
+            HEADER_MISMATCH,
+            f"revision {revision[:20] if revision else ''} requires the Mcp-Method "
+            f"header on every POST; send 'Mcp-Method: {str(message.method)[:80]}'",
+            message.id,
+        )
     if method_header is not None and method_header != message.method:
         raise Refusal(
             HEADER_MISMATCH,
@@ -339,10 +410,19 @@ def check_routing_headers(
             message.id,
         )
     key = NAME_BEARING.get(message.method or "")
-    if name_header is None or key is None:
+    if key is None:
         return
     params = message.body.get("params")
     value = params.get(key) if isinstance(params, dict) else None
+    if name_header is None:
+        if required and value is not None:
+            raise Refusal(
+                HEADER_MISMATCH,
+                f"revision {revision[:20] if revision else ''} requires the Mcp-Name "
+                f"header on {message.method}, naming params.{key}",
+                message.id,
+            )
+        return
     if _header_text(name_header) != value:
         raise Refusal(
             HEADER_MISMATCH,

@@ -36,7 +36,14 @@ INSTRUCTIONS = (
     "target and is never resent automatically. Use list_unknown_effects to find them, "
     "get_effect and get_receipt to read one, and request_reconciliation to ask the "
     "reconciler to look again where the target can be asked. Resolving an unknown "
-    "effect is an operator's decision with evidence and is not offered here."
+    "effect is an operator's decision with evidence and is not offered here: a person "
+    "resolves it in the console (/console on the admin port) or with `effect-broker "
+    "effects resolve`, as succeeded (it happened; the agent's retry gets that "
+    "receipt), not_committed (it did not; sent again with the same key, where the "
+    "target deduplicates), did_not_happen (proof it did not; the agent may send it "
+    "under a new key) or abandoned (given up without knowing; the agent is told it "
+    "may have happened). Never describe an abandoned effect as one that did not "
+    "happen."
 )
 
 

@@ -44,6 +44,7 @@ from effect_broker.mcp.jsonrpc import (
     RequestId,
     find_response,
     result_document,
+    shaped_for,
 )
 from effect_broker.models import Effect, ReceiptSource, SafetyClass
 from effect_broker.problems import Problem, effect_headers, jsonrpc_problem
@@ -63,19 +64,26 @@ def json_response(answer: Problem) -> web.Response:
 
 
 async def render(
-    outcome: Outcome, request_id: RequestId, request: web.Request
+    outcome: Outcome,
+    request_id: RequestId,
+    request: web.Request,
+    revision: str | None = None,
 ) -> web.StreamResponse:
+    """The outcome as this client's answer; a result in the shape of the client's
+    ``revision`` (``jsonrpc.shaped_for``), whichever revision recorded it."""
     effect = outcome.effect
     match outcome:
         case Answered(attempt=attempt) if attempt.overflow is not None:
             return await _stream_overflow(outcome, request)
         case Answered(attempt=attempt):
             assert attempt.response is not None
-            return _result(attempt.response, effect, request_id, replayed=False)
+            return _result(
+                attempt.response, effect, request_id, replayed=False, revision=revision
+            )
         case Replayed(source=ReceiptSource.OPERATOR, response=response):
             return _operator(effect, response, request_id)
         case Replayed(response=response):
-            return _result(response, effect, request_id, replayed=True)
+            return _result(response, effect, request_id, replayed=True, revision=revision)
         case Conflict():
             return _error(
                 PayloadMismatch(
@@ -121,9 +129,16 @@ async def render(
 
 
 def _result(
-    response: StoredResponse, effect: Effect, request_id: RequestId, *, replayed: bool
+    response: StoredResponse,
+    effect: Effect,
+    request_id: RequestId,
+    *,
+    replayed: bool,
+    revision: str | None = None,
 ) -> web.Response:
     answer = find_response(content_type(response), response.body)
+    if answer is not None and "result" in answer:
+        answer["result"] = shaped_for(answer["result"], revision)
     if answer is None:  # no JSON-RPC inside (an HTTP refusal): the answer as it came
         out = web.Response(status=response.status, body=response.body)
         for name, value in response.headers:
@@ -223,10 +238,16 @@ def _operator(
     verdict = read_operator_receipt(receipt)
     if verdict.happened:
         message = "this tool call happened, as an operator confirmed: do not call again"
+    elif verdict.proven_absent:
+        message = (
+            "an operator proved this tool call did not happen; if it is still wanted, "
+            "you may call it again under a new operation key"
+        )
     else:
         message = (
-            "an operator resolved this tool call as failed: it did not happen; if it "
-            "is still wanted, call it under a new operation key"
+            "an operator abandoned this tool call without finding out whether it "
+            "happened: it may have happened. Calling it again under a new operation "
+            "key risks doing it twice, so check first"
         )
     return _error(
         ResolvedByOperator(f"{message}. The operator's reason: {verdict.reason}"),

@@ -6,14 +6,18 @@ raise becomes problem+json here, in one place.
 
 from __future__ import annotations
 
+import json
 import logging
 
 from aiohttp import HttpVersion11, hdrs, web
 from aiohttp.typedefs import Handler
+from yarl import URL
 
 from effect_broker.config.contracts import Route
 from effect_broker.config.paths import RequestPath, normalize_path, split_target
 from effect_broker.config.routing import is_mutating
+from effect_broker.dialects import translate
+from effect_broker.engine.targets import upstream_url
 from effect_broker.errors import (
     BodyTooLarge,
     EffectBrokerError,
@@ -27,17 +31,29 @@ from effect_broker.errors import (
     StoreUnavailable,
     TooManyFailedCredentials,
 )
-from effect_broker.problems import problem_response
+from effect_broker.problems import PROBLEM_DOCUMENT, problem_response
 from effect_broker.proxy.body_deadline import body_deadline
 from effect_broker.proxy.edge import EDGE_LIMITS, EdgeLimits
 from effect_broker.proxy.edge_input import check_path, printable
 from effect_broker.proxy.flow import EffectRequest, is_absolute_form
 from effect_broker.proxy.intercept import tunnel_of
 from effect_broker.proxy.passthrough import pass_through
+from effect_broker.proxy.prefixes import (
+    forward_refusal,
+    passthrough_route,
+    reverse_prefixes,
+    routes_under,
+)
 from effect_broker.proxy.state import PROXY_STATE, ProxyState
+from effect_broker.proxy.upgrade import http_url, relay_upgrade, relays, upgrade_offer
 from effect_broker.ratelimited_log import RateLimitedLog
 
 log = logging.getLogger("effect_broker.proxy")
+#: Absolute-form targets of a WebSocket handshake.
+WS_TARGETS = ("ws://", "wss://")
+#: The route whose contract's error dialect shapes the proxy's own refusals: the one
+#: a request matched, or the one whose prefix an unrecorded request is under.
+DIALECT_ROUTE = web.RequestKey("dialect_route", Route)
 # A database outage fails every request the same way: one line per cause per interval.
 store_log = RateLimitedLog(log)
 # A misconfiguration, not an incident: once an hour (with a count) is enough to be seen.
@@ -56,20 +72,42 @@ async def _handle(request: web.Request) -> web.StreamResponse:
     forward = is_forward(request)
     tenant = state.tenant
     tunnel = tunnel_of(request)
+    if not forward and tunnel is None:
+        check_host(request, state)
     if tunnel is not None and tunnel.tenant is not None:
         tenant = tunnel.tenant  # a gateway tenant authenticated on the CONNECT
     elif state.gateway is not None:
         tenant = await state.gateway.tenant_for(
             request.headers.get("Proxy-Authorization"), request.remote
         )
+    if relays(upgrade_offer(request)) and not request.body_exists:
+        # An offer on a request with a body (never a WebSocket handshake) is ignored:
+        # the request is served as the HTTP/1.1 request it also is.
+        return await upgrade(request, state, path)
+    if request.raw_path.startswith(WS_TARGETS):
+        raise MalformedRequest(
+            "a ws:// or wss:// target is only for a WebSocket handshake "
+            "(Connection: Upgrade, Upgrade: websocket)"
+        )
     route = match(request, state, path, forward=forward)
     if route is None:
         return await unmatched(request, state, forward=forward)
+    request[DIALECT_ROUTE] = route
     if route.mcp is not None:
         if state.mcp is None:  # a wiring error, never a reason to record blindly
             raise RouteRefused(f"route {route.name} is an MCP route; MCP is not wired")
         return await state.mcp(request, route, tenant, path)
     return await EffectRequest(state, route, request, tenant, path).handle()
+
+
+def check_host(request: web.Request, state: ProxyState) -> None:
+    """A request addressed to the proxy itself must name it in ``Host``
+    (``proxy.host_check``): refused before anything is routed or sent."""
+    if state.host_check is None or request.raw_path.startswith(WS_TARGETS):
+        return
+    refusal = state.host_check.refusal(request.headers.get("Host"))
+    if refusal is not None:
+        raise MisdirectedRequest(refusal)
 
 
 def request_path(request: web.Request) -> RequestPath:
@@ -161,13 +199,10 @@ async def unmatched(
                 "unmatched mutating requests are refused; add a route to routes.yaml"
             )
         )
+    routes = state.config.routes
     if not forward:
-        return problem_response(
-            RouteNotFound(
-                f"no route matches {request.method} {request.path}; reverse-mode "
-                "requests need a route prefix from routes.yaml"
-            )
-        )
+        return await unmatched_reverse(request, state)
+    forward_refusal(routes, authority(request), request.method, request.path)
     key_header = state.config.proxy.operation_key_header
     if key_header not in request.headers:
         return await pass_through(request, state.session, state.egress)
@@ -186,10 +221,115 @@ async def unmatched(
     )
 
 
+async def upgrade(
+    request: web.Request, state: ProxyState, path: RequestPath
+) -> web.StreamResponse:
+    """A protocol upgrade, relayed unrecorded (see ``proxy.upgrade``): to the origin of
+    an absolute-form or tunnelled request, or in reverse mode to the upstream of the
+    route whose prefix the path is under. No route records it; a route with
+    ``passthrough: false`` refuses it like any unrecorded request."""
+    routes = state.config.routes
+    if is_absolute_form(request) or request.raw_path.startswith(WS_TARGETS):
+        url = http_url(URL(request.raw_path, encoded=True).with_user(None))
+        host = f"[{url.host}]" if url.host and ":" in url.host else str(url.host)
+        written = f"{host}:{url.port}" if url.explicit_port else host
+        forward_refusal(routes, written, request.method, request.path)
+    else:
+        owner = passthrough_route(routes, request.method, path)
+        if owner is None:
+            raise RouteNotFound(
+                f"no route prefix covers {request.path}, so this upgrade has nowhere "
+                "to go; reverse-mode requests need a route prefix from routes.yaml"
+            )
+        raw_query = split_target(request.raw_path)[1]
+        target = upstream_url(owner, origin=None, path=path, raw_query=raw_query)
+        url = URL(target, encoded=True)
+    return await relay_upgrade(request, state.session, state.egress, url)
+
+
+async def unmatched_reverse(
+    request: web.Request, state: ProxyState
+) -> web.StreamResponse:
+    """A reverse-mode request no route records: passed through to the upstream of the
+    route whose prefix it is under (see ``proxy.prefixes``), else a 404 naming the
+    prefixes that exist."""
+    routes = state.config.routes
+    path = request_path(request)
+    under = routes_under(routes, path)
+    if under:
+        # The SDK pointed at this prefix reads refusals in its own dialect here too.
+        request[DIALECT_ROUTE] = under[0]
+    owner = passthrough_route(routes, request.method, path)
+    if owner is None:
+        prefixes = reverse_prefixes(routes)
+        known = (
+            f"; the prefixes here are {', '.join(prefixes)}"
+            if prefixes
+            else "; no route here has a strip_prefix to pass through under"
+        )
+        return problem_response(
+            RouteNotFound(
+                f"no route matches {request.method} {request.path}; reverse-mode "
+                f"requests need a route prefix from routes.yaml{known}"
+            )
+        )
+    raw_query = split_target(request.raw_path)[1]
+    target = upstream_url(owner, origin=None, path=path, raw_query=raw_query)
+    extra: dict[str, str] = {}
+    if owner.operation_key_header in request.headers:
+        extra["Effect-Status"] = "unrecorded"
+        unrecorded_log.warning(
+            f"unrecorded:{owner.name}",
+            "%s %s carries %s but no route records it: passed through unrecorded to "
+            "route %s's upstream. Add a route for it if it has side effects",
+            request.method,
+            printable(request.path),
+            owner.operation_key_header,
+            owner.name,
+        )
+    return await pass_through(
+        request,
+        state.session,
+        state.egress,
+        headers=extra,
+        url=URL(target, encoded=True),
+        inject=state.injected.get(owner.name, {}),
+    )
+
+
 @web.middleware
 async def problems_middleware(
     request: web.Request, handler: Handler
 ) -> web.StreamResponse:
+    return in_client_dialect(request, await answer_or_problem(request, handler))
+
+
+def in_client_dialect(
+    request: web.Request, response: web.StreamResponse
+) -> web.StreamResponse:
+    """A proxy-made problem on a route whose contract names an error dialect, in
+    that dialect (see ``dialects``); every other answer unchanged."""
+    route = request.get(DIALECT_ROUTE)
+    if route is None or route.mcp is not None:
+        return response
+    dialect = route.contract.error_dialect
+    document = response.get(PROBLEM_DOCUMENT)
+    if dialect == "problem" or document is None or not isinstance(response, web.Response):
+        return response
+    status, body = translate(dialect, response.status, document)
+    out = web.Response(
+        status=status, body=json.dumps(body).encode(), content_type="application/json"
+    )
+    for name, value in response.headers.items():
+        if name.lower() not in ("content-type", "content-length"):
+            out.headers.add(name, value)
+    if response.keep_alive is False:
+        out.force_close()
+    return out
+
+
+async def answer_or_problem(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """The handler's answer, or the problem every error it raises becomes."""
     try:
         return await handler(request)
     except StoreUnavailable as exc:

@@ -6,10 +6,12 @@ explanation; for every other host ``proxy.connect`` decides: ``tunnel`` pipes by
 ways, ``refuse`` answers 403; and a tunnel goes only where the egress policy allows
 (``proxy.egress``: the host as written, then each address it resolves to). With a local
 CA configured, a CONNECT to a watched host is handed to ``intercept`` instead, which
-reads the requests inside. aiohttp's server cannot hand a connection over to a raw
-pipe, so each new connection first meets
-``FrontProtocol``: it looks at the first bytes, and anything that is not CONNECT is
-handed to aiohttp's own protocol unchanged.
+reads the requests inside; without one, a CONNECT to a watched host on port 80 is
+handed over too, and served only if it carries plain HTTP (Node's proxy agent tunnels
+``http://`` that way). aiohttp's server cannot hand a connection over
+to a raw pipe, so each new connection first meets ``FrontProtocol``: it looks at the
+first bytes, and anything that is not CONNECT is handed to aiohttp's own protocol
+unchanged.
 
 The front is also where a connection is first seen, so it enforces the connection cap
 (a 503 on the raw transport beyond it) and the wait for a first byte: a client that
@@ -35,9 +37,11 @@ from effect_broker.errors import (
     UpstreamUnreachable,
 )
 from effect_broker.problems import problem_bytes
+from effect_broker.proxy import h2_refusal
 from effect_broker.proxy.edge import ConnectionGate
 from effect_broker.proxy.edge_input import printable
 from effect_broker.proxy.egress import EgressGuard
+from effect_broker.proxy.h2_refusal import PREFACE, may_be_preface
 from effect_broker.proxy.intercept import Interception
 from effect_broker.ratelimited_log import RateLimitedLog
 
@@ -195,6 +199,10 @@ class FrontProtocol(asyncio.Protocol):
             self._to_upstream(data)
             return
         self._buffer += data
+        if may_be_preface(bytes(self._buffer)):
+            if len(self._buffer) >= len(PREFACE):
+                self._refuse_http2()
+            return
         if not self._buffer.startswith(CONNECT[: len(self._buffer)]):
             self._hand_to_http()
         elif len(self._buffer) >= len(CONNECT) and b"\r\n\r\n" in self._buffer:
@@ -217,6 +225,12 @@ class FrontProtocol(asyncio.Protocol):
             self._upstream.close()
         if self._pump is not None:
             self._pump.cancel()
+
+    def _refuse_http2(self) -> None:
+        assert self._transport is not None
+        self._stop_head_timer()
+        self._transport.write(h2_refusal.refusal())
+        self._transport.close()
 
     def _hand_to_http(self) -> None:
         assert self._transport is not None
@@ -247,13 +261,14 @@ class FrontProtocol(asyncio.Protocol):
             )
             return
         authority = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-        if self._intercept is not None and self._policy.is_guarded(authority):
-            self._start_interception(self._intercept, target, head, rest)
+        intercept = self._intercept
+        guarded = self._policy.is_guarded(authority)
+        if intercept is not None and guarded and intercept.serves(port):
+            self._start_interception(intercept, target, head, rest)
             return
         refusal = self._policy.refusal(authority)
         if refusal is not None:
-            guarded = self._policy.is_guarded(authority)
-            if self._intercept is None and guarded:
+            if guarded and (intercept is None or intercept.leaves is None):
                 refusal += INTERCEPT_HINT
             # Keyed by the reason (for a watched host, that host: one of the routes'),
             # never by the name as written, which a client can vary without end.

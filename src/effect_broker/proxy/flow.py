@@ -329,7 +329,10 @@ class EffectRequest:
                     UpstreamTLS(
                         f"{detail}; nothing was sent. The proxy always verifies the "
                         "target's certificate (trust a private CA with "
-                        "EFFECT_BROKER_UPSTREAM_CA_FILE)"
+                        "EFFECT_BROKER_UPSTREAM_CA_FILE). This failure is the proxy's "
+                        "and does not use up the effect's retries: once the proxy "
+                        "trusts the target, retrying with the same Operation-Key "
+                        "sends it"
                     ),
                     effect,
                 )
@@ -478,10 +481,18 @@ def _resolved_by_operator(effect: Effect, receipt: StoredResponse) -> web.Respon
             f"this effect happened{made}, as an operator confirmed: do not issue it "
             "again, under this key or any other"
         )
+    elif verdict.proven_absent:
+        message = (
+            "an operator proved this effect did not happen; it will not be sent under "
+            "this key. If it is still wanted, you may send it again under a new "
+            "Operation-Key"
+        )
     else:
         message = (
-            "an operator resolved this effect as failed: it did not happen and will "
-            "not be sent; if it is still wanted, send it under a new Operation-Key"
+            "an operator abandoned this effect without finding out whether it "
+            "happened: it may have happened. It will not be sent under this key; "
+            "sending it again under a new Operation-Key risks doing it twice, so "
+            "check with the target first"
         )
     return _problem(
         ResolvedByOperator(f"{message}. The operator's reason: {verdict.reason}"),

@@ -13,6 +13,11 @@ authority, whatever ``Host`` the client wrote inside the tunnel. An absolute-for
 is accepted only on the tunnel's own origin; one naming any other is answered 421
 ``misdirected-request`` and goes nowhere (it would leave unrecorded otherwise).
 
+A tunnel whose first byte does not open a TLS handshake carries plain HTTP/1.1 (Node's
+undici tunnels ``http://`` URLs through ``CONNECT host:80``): it is served the same way
+with ``http://<tunnel authority>`` as the origin (without a CA, on port 80 only; a
+client that starts TLS there is closed, with the reason in the log).
+
 In gateway mode the CONNECT itself must carry ``Proxy-Authorization``: the tenant it
 names owns every effect inside the tunnel (the requests inside carry no proxy
 credentials; HTTP clients send them on the CONNECT only).
@@ -44,6 +49,7 @@ from effect_broker.errors import (
 )
 from effect_broker.problems import problem_bytes
 from effect_broker.proxy.edge import ConnectionGate, EdgeRequestHandler
+from effect_broker.proxy.sniff import looks_like_tls, peek_first_byte
 from effect_broker.proxy.tls_ca import (
     LEAF_VALIDITY,
     CertificateAuthority,
@@ -58,6 +64,11 @@ log = logging.getLogger("effect_broker.intercept")
 quiet = RateLimitedLog(log)
 
 BASIC_REALM = 'Basic realm="effect-broker"'
+PLAIN_HTTP_PORT = 80  # without a CA, only a tunnel to this port is served (plain HTTP)
+NO_CA_HINT = (
+    "; create a CA with `effect-broker ca init`, start with --ca-cert/--ca-key and "
+    "have the client trust that CA, or send plain http:// to this proxy"
+)
 ESTABLISHED = b"HTTP/1.1 200 Connection Established\r\n\r\n"
 RENEW_BEFORE = datetime.timedelta(days=1)  # re-mint a cached leaf this close to expiry
 MAX_CACHED_LEAVES = 1024  # SNI names are the client's choice: the cache is bounded
@@ -141,16 +152,22 @@ class Tunnel:
 
     authority: str  # host:port from the CONNECT line, IPv6 in brackets
     tenant: str | None  # the gateway tenant named on the CONNECT; None for a sidecar
+    scheme: str = "https"  # "http" when the client spoke plain HTTP inside the tunnel
 
     @property
     def origin(self) -> str:
-        return f"https://{self.authority}"
+        return f"{self.scheme}://{self.authority}"
+
+    @property
+    def default_port(self) -> int:
+        return 443 if self.scheme == "https" else 80
 
     def owns(self, target: str) -> bool:
-        """Whether an absolute-form ``target`` names this tunnel's own origin: https,
-        the CONNECT host in any spelling, and its port (443 when none is written)."""
+        """Whether an absolute-form ``target`` names this tunnel's own origin: its
+        scheme, the CONNECT host in any spelling, and its port (the scheme's default
+        when none is written)."""
         scheme, sep, rest = target.partition("://")
-        if not sep or scheme.lower() != "https":
+        if not sep or scheme.lower() != self.scheme:
             return False
         try:
             host, port = split_authority(_authority_of(rest).rpartition("@")[2])
@@ -158,7 +175,8 @@ class Tunnel:
         except ValueError:
             return False
         same_host = canonical_host(host) == canonical_host(tunnel_host)
-        return same_host and (port or 443) == (tunnel_port or 443)
+        default = self.default_port
+        return same_host and (port or default) == (tunnel_port or default)
 
 
 def _authority_of(rest: str) -> str:
@@ -233,11 +251,21 @@ class _Holding(asyncio.Protocol):
 class Interception:
     """Everything the CONNECT front needs to intercept a tunnel to a guarded host."""
 
-    leaves: LeafContexts
+    leaves: LeafContexts | None  # None: no CA, so only plain HTTP tunnels are served
     http: web.Server
     keepalive_timeout: float
     handshake_timeout: float
     gateway: TenantResolver | None = None
+
+    def serves(self, port: int) -> bool:
+        """Whether a CONNECT to a watched host on ``port`` is answered 200 and served.
+
+        With a CA every port is (TLS is intercepted, plain HTTP served). Without one
+        only plain HTTP can be served, so only port 80, where a client tunnels an
+        ``http://`` URL; on any other port the CONNECT is refused up front, where the
+        refusal can still say why (a TLS client would only see the tunnel close).
+        """
+        return self.leaves is not None or port == PLAIN_HTTP_PORT
 
     async def run(
         self,
@@ -294,10 +322,34 @@ class Interception:
         if leaf_host is None:
             _refuse(transport, MalformedRequest(f"{host!r} is not a host name"))
             return False
-        context = self.leaves.for_host(leaf_host)
         transport.write(ESTABLISHED)
-        holding = _Holding()
+        try:
+            first = await peek_first_byte(transport, timeout=self.handshake_timeout)
+        except (OSError, TimeoutError):
+            return False
+        if not first:
+            return False
         loop = asyncio.get_running_loop()
+        authority = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        if not looks_like_tls(first):
+            # Plain HTTP inside the tunnel (undici tunnels http:// too): served as
+            # http:// requests to the tunnel's authority, through the same flow.
+            plain = self._handler(Tunnel(authority, tenant, "http"), gate, loop)
+            transport.set_protocol(plain)
+            plain.connection_made(transport)
+            transport.resume_reading()
+            return True
+        if self.leaves is None:
+            quiet.warning(
+                f"no-ca:{host}",
+                "CONNECT %s: the client started TLS to a host that routes watch, and "
+                "this proxy has no CA to intercept it, so the tunnel is closed%s",
+                authority,
+                NO_CA_HINT,
+            )
+            return False
+        context = self.leaves.for_host(leaf_host)
+        holding = _Holding()
         try:
             secure = await loop.start_tls(
                 transport,
@@ -320,15 +372,7 @@ class Interception:
             return False
         if secure is None or holding.lost:
             return False
-        authority = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-        handler = TunnelRequestHandler(
-            self.http,
-            tunnel=Tunnel(authority, tenant),
-            gate=gate,
-            loop=loop,
-            access_log=None,
-            keepalive_timeout=self.keepalive_timeout,
-        )
+        handler = self._handler(Tunnel(authority, tenant), gate, loop)
         secure.set_protocol(handler)
         handler.connection_made(secure)
         if holding.buffer:
@@ -336,6 +380,21 @@ class Interception:
         if holding.eof:
             handler.eof_received()
         return True
+
+    def _handler(
+        self,
+        tunnel: Tunnel,
+        gate: ConnectionGate | None,
+        loop: asyncio.AbstractEventLoop,
+    ) -> TunnelRequestHandler:
+        return TunnelRequestHandler(
+            self.http,
+            tunnel=tunnel,
+            gate=gate,
+            loop=loop,
+            access_log=None,
+            keepalive_timeout=self.keepalive_timeout,
+        )
 
 
 def peer_address(transport: asyncio.BaseTransport) -> str | None:

@@ -22,6 +22,7 @@ it opened is ``outcome-unknown`` (the target may have acted on the request).
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Mapping
 
 import aiohttp
@@ -41,6 +42,11 @@ from effect_broker.problems import problem_response
 from effect_broker.proxy.body_deadline import timed_out_body
 from effect_broker.proxy.edge import EDGE_LIMITS
 from effect_broker.proxy.egress import EgressGuard
+from effect_broker.ratelimited_log import RateLimitedLog
+
+log = logging.getLogger("effect_broker.passthrough")
+# A client closing a long stream is routine: one line per host a minute at most.
+disconnects = RateLimitedLog(log, interval=60.0)
 
 #: Answers with a Content-Length up to this are read whole and sent in one write.
 BUFFER_AT_MOST = 256 * 1024
@@ -54,9 +60,17 @@ async def pass_through(
     egress: EgressGuard,
     *,
     headers: Mapping[str, str] | None = None,
+    url: URL | None = None,
+    inject: Mapping[str, str] | None = None,
 ) -> web.StreamResponse:
-    """Forward ``request`` as it came; ``headers`` are added to the answer."""
-    url = URL(request.raw_path, encoded=True).with_user(None)
+    """Forward ``request`` as it came; ``headers`` are added to the answer.
+
+    ``url`` is where it goes when that is not its own absolute-form target (reverse
+    mode, under a route's prefix), and ``inject`` the route's headers it then carries.
+    """
+    if url is None:
+        url = URL(request.raw_path, encoded=True).with_user(None)
+    where = url.host or request.host
     # The host as written, before anything is read or sent; the session's resolver
     # checks each address a name resolves to when it connects.
     egress.check(url.host or "", url.port or 80)
@@ -86,7 +100,7 @@ async def pass_through(
         upstream = await session.request(
             request.method,
             url,
-            headers=passthrough_request_headers(request.headers.items()),
+            headers=_outgoing_headers(request, inject or {}),
             data=data,
             allow_redirects=False,
         )
@@ -99,7 +113,7 @@ async def pass_through(
         )
     except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError) as exc:
         return problem_response(
-            UpstreamUnreachable(f"could not reach {request.host}: {exc}"), status=502
+            UpstreamUnreachable(f"could not reach {where}: {exc}"), status=502
         )
     except (aiohttp.ClientError, OSError) as exc:
         if (late := timed_out_body(request)) is not None:
@@ -108,7 +122,7 @@ async def pass_through(
         # Connected, so the request may have arrived whole: never "nothing was sent".
         return problem_response(
             OutcomeUnknown(
-                f"the connection to {request.host} broke after the request was sent "
+                f"the connection to {where} broke after the request was sent "
                 f"({type(exc).__name__}); it was passed through unrecorded, so the "
                 "target may have acted on it and nothing will retry it"
             ),
@@ -122,7 +136,7 @@ async def pass_through(
             except (aiohttp.ClientError, OSError) as exc:
                 return problem_response(
                     OutcomeUnknown(
-                        f"the answer from {request.host} broke off "
+                        f"the answer from {where} broke off "
                         f"({type(exc).__name__}); the request was passed through "
                         "unrecorded, so the target may have acted on it"
                     ),
@@ -136,12 +150,38 @@ async def pass_through(
         if upstream.content_length is not None:
             streamed.content_length = upstream.content_length
         await streamed.prepare(request)
-        async for chunk in upstream.content.iter_any():
-            await streamed.write(chunk)
-        await streamed.write_eof()
+        try:
+            async for chunk in upstream.content.iter_any():
+                await streamed.write(chunk)
+            await streamed.write_eof()
+        except ConnectionResetError:
+            # The client went away mid-answer (a closed SSE stream, say): what it is,
+            # in one line; nothing was recorded, so there is nothing to settle.
+            disconnects.log(
+                logging.INFO,
+                f"gone:{where}",
+                "%s %s: the client closed the connection while its unrecorded answer "
+                "was streaming; the rest was dropped",
+                request.method,
+                url.with_query(None),
+            )
         return streamed
     finally:
         upstream.release()
+
+
+def _outgoing_headers(
+    request: web.Request, inject: Mapping[str, str]
+) -> list[tuple[str, str]]:
+    """The client's headers (connection plumbing dropped), the route's ``inject``
+    replacing any of the same name."""
+    replaced = {name.lower() for name in inject}
+    kept = [
+        (name, value)
+        for name, value in passthrough_request_headers(request.headers.items())
+        if name.lower() not in replaced
+    ]
+    return kept + list(inject.items())
 
 
 def _fits_one_write(request: web.Request, upstream: aiohttp.ClientResponse) -> bool:

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
 
 import aiohttp
 from aiohttp import web
@@ -16,6 +16,7 @@ from effect_broker.engine.engine import Engine
 from effect_broker.engine.ledger import LedgerReader
 from effect_broker.metrics import Metrics
 from effect_broker.proxy.egress import EgressGuard
+from effect_broker.proxy.host_check import HostCheck
 from effect_broker.proxy.receipt_cache import ReceiptCache
 from effect_broker.proxy.tls_ca import CertificateAuthority
 from effect_broker.tenancy import TenantResolver
@@ -44,6 +45,11 @@ class ProxyState:
     receipts: ReceiptCache
     ca: CertificateAuthority | None = None  # set: CONNECT to guarded hosts intercepted
     mcp: McpHandler | None = None  # set when routes.yaml has MCP routes
+    # Each route's resolved inject_headers, by route name: what pass-through under a
+    # reverse route's prefix carries to that route's upstream.
+    injected: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    # The names a request addressed to the proxy itself may carry in Host; None: any.
+    host_check: HostCheck | None = None
 
 
 PROXY_STATE = web.AppKey("proxy_state", ProxyState)

@@ -31,13 +31,14 @@ from effect_broker.models import (
 )
 from effect_broker.state_machine import check_transition
 from effect_broker.store.coalesced import CoalescedWrites
+from effect_broker.store.dsn import ledger_endpoints
 from effect_broker.store.keys import LedgerKeys
 from effect_broker.store.migrations import Migration, apply_migrations, pending_migrations
 from effect_broker.store.pool_log import quiet_pool_reconnects
 from effect_broker.store.reads import LedgerReads
 from effect_broker.store.rows import effect_of
 from effect_broker.store.running_calls import RunningCalls
-from effect_broker.store.translate import translated
+from effect_broker.store.translate import connect_failure, translated
 from effect_broker.store.write_requests import (
     ReceiptRequest,
     ReserveRequest,
@@ -75,7 +76,7 @@ class Store(CoalescedWrites, LedgerReads, LedgerKeys, RunningCalls):
     @classmethod
     async def connect(cls, dsn: str, *, min_size: int = 1, max_size: int = 10) -> Store:
         quiet_pool_reconnects()
-        async with translated():
+        try:
             pool = await asyncpg.create_pool(
                 dsn,
                 min_size=min_size,
@@ -83,6 +84,15 @@ class Store(CoalescedWrites, LedgerReads, LedgerKeys, RunningCalls):
                 init=_init_connection,
                 reset=_keep_session,
             )
+        except Exception as exc:
+            endpoints = ledger_endpoints(dsn)
+            where = ", ".join(f"{host}:{port}" for host, port in endpoints) or (
+                "the local socket"
+            )
+            failure = connect_failure(where, exc)
+            if failure is None:
+                raise
+            raise failure from exc
         return cls(pool)
 
     async def close(self) -> None:

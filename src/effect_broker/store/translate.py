@@ -84,3 +84,38 @@ def ours_for(exc: BaseException) -> EffectBrokerError | None:
     if isinstance(exc, asyncpg.PostgresError):
         return StoreError(f"the ledger refused the operation: {exc}")
     return None
+
+
+_FIX_WHERE = (
+    "check that PostgreSQL runs there and accepts TCP connections, and that "
+    "--database-url (EFFECT_BROKER_DATABASE_URL) names it; without a URL, "
+    "`effect-broker up` starts an embedded PostgreSQL"
+)
+
+
+def connect_failure(where: str, exc: BaseException) -> EffectBrokerError | None:
+    """Why the first connection failed, naming the server and what to do about it.
+
+    ``where`` is the host:port list the DSN names (never its password). A refused
+    connection or an unknown host alone ("[Errno 111] Connection refused") leaves a
+    person guessing which server was meant and what to change.
+    """
+    if isinstance(
+        exc, asyncpg.InvalidPasswordError | asyncpg.InvalidAuthorizationSpecificationError
+    ):
+        return StoreUnavailable(
+            f"the ledger database at {where} refused the login ({exc}); check the user "
+            "and password in --database-url (EFFECT_BROKER_DATABASE_URL)"
+        )
+    if isinstance(exc, asyncpg.InvalidCatalogNameError):
+        return StoreUnavailable(
+            f"the PostgreSQL server at {where} has no such database ({exc}); create "
+            "it (e.g. `createdb`) or name an existing one in --database-url "
+            "(EFFECT_BROKER_DATABASE_URL)"
+        )
+    ours = ours_for(exc)
+    if isinstance(ours, StoreUnavailable):
+        return StoreUnavailable(
+            f"the ledger database at {where} is unreachable ({exc}); {_FIX_WHERE}"
+        )
+    return ours

@@ -1,9 +1,17 @@
-"""The crash matrix as a person reads it: one table row per cell, then every violation."""
+"""The crash matrix as a person reads it: one table row per cell, then every violation.
+
+The table needs about 160 columns; in a narrower terminal, or piped (80 columns), each
+cell is printed as a short block instead, verdict first, so no verdict is ever cut down
+to nothing under a line that says there was no violation.
+"""
 
 from __future__ import annotations
 
-from rich.console import Console
+import textwrap
+
+from rich.console import Console, Group
 from rich.table import Table
+from rich.text import Text
 
 from effect_broker.demo.crash_matrix.verdicts import (
     BY,
@@ -18,6 +26,46 @@ from effect_broker.demo.crash_matrix.verdicts import (
 
 # --------------------------------------------------------------------------- report
 
+#: Narrower than this, the table's verdict column would be squeezed: print blocks.
+TABLE_WIDTH = 150
+
+
+def _title(result: MatrixResult) -> str:
+    return f"crash matrix: {len(result.cells)} cells in {result.seconds:.0f}s, " + (
+        "no violation" if result.ok else f"{len(result.violations)} VIOLATION(S)"
+    )
+
+
+def render_narrow(result: MatrixResult, width: int) -> Group:
+    """One block per cell, verdict first, the facts below it; wrapped between words
+    to ``width`` (no trailing blanks, so a pipe gets clean lines)."""
+
+    def wrapped(text: str, indent: int, style: str) -> list[Text]:
+        pad = " " * indent
+        lines = textwrap.wrap(
+            text, width, initial_indent=pad, subsequent_indent=pad + "  "
+        )
+        return [Text(line, style=style) for line in lines]
+
+    lines: list[Text] = [Text(_title(result), style="bold")]
+    for index, cell in enumerate(result.cells):
+        if index == 0 or result.cells[index - 1].mode != cell.mode:
+            lines += [Text(""), Text(cell.mode, style="bold")]
+        verdict = Text.from_markup(_verdict(cell))
+        style = "red" if not cell.ok else "yellow" if cell.expected_duplicate else ""
+        lines += wrapped(f"{cell.scenario}: {verdict.plain}", 2, style)
+        seen = cell.observation
+        ledger = seen.ledger if seen else None
+        facts = [
+            f"charges {seen.charges if seen else '?'}",
+            f"effect {ledger.status if ledger else '-'}",
+            f"sent {ledger.attempts}x" if ledger else "sent -",
+            f"receipt {_receipt(cell)}",
+            f"agent {_agents(seen)}",
+        ]
+        lines += wrapped(", ".join(facts), 4, "dim")
+    return Group(*lines)
+
 
 def render(result: MatrixResult) -> Table:
     """(mode, scenario) -> target charges, effect status, receipt, agent, verdict.
@@ -25,10 +73,7 @@ def render(result: MatrixResult) -> Table:
     "sent" is how many dispatch attempts the ledger recorded: more than one with a
     single charge is the proof doing its work (a redispatch the target deduplicated).
     """
-    title = f"crash matrix: {len(result.cells)} cells in {result.seconds:.0f}s, " + (
-        "no violation" if result.ok else f"{len(result.violations)} VIOLATION(S)"
-    )
-    table = Table(title=title, title_justify="left")
+    table = Table(title=_title(result), title_justify="left")
     columns = ("mode", "scenario", "charges", "effect status", "sent", "receipt")
     for column in columns:
         numeric = column in ("charges", "sent")
@@ -89,8 +134,9 @@ def _verdict(cell: CellResult) -> str:
 
 
 def report(console: Console, result: MatrixResult) -> None:
-    """The table, then every violation spelled out with where its logs are."""
-    console.print(render(result))
+    """The table (blocks when narrow), then every violation with where its logs are."""
+    wide = console.width >= TABLE_WIDTH
+    console.print(render(result) if wide else render_narrow(result, console.width))
     for cell in result.cells:
         for violation in cell.violations:
             console.print(

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from aiohttp import web
 
+from effect_broker.config.hosts import http_url
 from effect_broker.demo.payment_target.app import build_app
 
 #: Where transactional mode reads the kit's shared secret: the environment, never argv
@@ -100,7 +101,7 @@ async def serve(args: argparse.Namespace) -> None:
         site = web.TCPSite(runner, args.host, args.port)
         await site.start()
         host, port = runner.addresses[0][:2]
-        url = f"http://{host}:{port}"
+        url = http_url(host, port)
         print(f"payment target listening on {url} (db {args.db})", flush=True)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
