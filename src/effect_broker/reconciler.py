@@ -3,7 +3,7 @@
 It claims due effects with the store's ``FOR UPDATE SKIP LOCKED`` claim, so any number of
 reconcilers can share one ledger without working on the same effect at once, and hands
 each one to the engine, which decides with the same policy the request path uses
-(``engine.policy``). Per safety class (DESIGN.md):
+(``engine.policy``). Per safety class (docs/architecture.md):
 
 * a dispatch whose lease expired (its proxy died mid-flight) becomes OUTCOME_UNKNOWN;
 * idempotent: sent again with the same key while ``first dispatch + key_retention`` is

@@ -1,4 +1,4 @@
-"""The crash matrix, once per test run: the proof that the README's claims hold.
+"""The crash matrix, once per test run: the proof that the documented claims hold.
 
 Real processes (the demo payment target, ``effect-broker serve``), killed at every
 failpoint, SIGKILLed in flight and mid-stream, frozen past their lease, raced by ten

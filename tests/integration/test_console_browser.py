@@ -45,7 +45,8 @@ WAIT = 10.0  # seconds: the longest a page may take to appear
 
 
 def test_the_console_screenshots_exist() -> None:
-    """The README shows these; the browser test below retakes them on request."""
+    """The operator guide (docs/how-to/unknown-effects.md) shows these; the browser
+    test below retakes them on request."""
     for path in SCREENSHOTS.values():
         assert path.is_file(), f"{path} is missing: run the browser test with " + (
             "EFFECT_BROKER_UPDATE_SCREENSHOTS=1"

@@ -1,11 +1,12 @@
 """What each answer of the target proves, end to end through the proxy.
 
-Covers DESIGN.md steps 2, 4, 7 and 8: a missing or malformed Operation-Key is refused
-before anything is recorded; a reused key with another payload is refused with 422; a
-lost answer becomes ``outcome_unknown`` and is then handled per safety class (unsafe:
-never resent; idempotent: resent with the same derived key; reconcilable: probed after
-the settlement bound); a refused connection is retryable; a target's 503 and 4xx are
-recorded as ``outcome.status_after_answer`` says. The target's own table is the proof.
+Covers steps 2, 4, 7 and 8 of the request flow (docs/architecture.md): a missing or
+malformed Operation-Key is refused before anything is recorded; a reused key with
+another payload is refused with 422; a lost answer becomes ``outcome_unknown`` and is
+then handled per safety class (unsafe: never resent; idempotent: resent with the same
+derived key; reconcilable: probed after the settlement bound); a refused connection is
+retryable; a target's 503 and 4xx are recorded as ``outcome.status_after_answer`` says.
+The target's own table is the proof.
 """
 
 from __future__ import annotations

@@ -51,9 +51,7 @@ async def backend(name: str, url: str, stack: AsyncExitStack, wait: float) -> Ba
         pool = await asyncpg.create_pool(url, min_size=1, max_size=4)
         stack.push_async_callback(pool.close)
         return AsyncpgBackend(pool.acquire, tombstone_wait=wait)
-    if (
-        name == "psycopg_pool"
-    ):  # what the README suggests: PsycopgBackend(pool.connection)
+    if name == "psycopg_pool":  # what the docs suggest: PsycopgBackend(pool.connection)
         pg_pool = AsyncConnectionPool(url, min_size=1, max_size=4, open=False)
         await pg_pool.open()
         stack.push_async_callback(pg_pool.close)

@@ -188,9 +188,12 @@ def test_the_mounted_routes_are_valid(file: str) -> None:
     assert [route.name for route in config.routes] == ["charge"]
 
 
-def test_readme_has_the_kubectl_line_of_the_secret_example() -> None:
+GUIDE = "docs/how-to/kubernetes.md"
+
+
+def test_the_guide_has_the_kubectl_line_of_the_secret_example() -> None:
     comment = (ROOT / "deploy/kubernetes/secret.yaml").read_text()
-    readme = (ROOT / "README.md").read_text()
+    readme = (ROOT / GUIDE).read_text()
     line = "kubectl create secret generic effect-broker"
     assert line in comment and line in readme
     for key in one("Secret", "secret.yaml")["stringData"]:
@@ -229,8 +232,8 @@ def test_the_sidecar_intercepts_https_with_a_ca_only_the_broker_can_read() -> No
     assert mounted_volume(spec, agent, trust["NODE_EXTRA_CA_CERTS"]) == volume
 
 
-def test_readme_creates_the_ca_secret_and_trust_config_map_the_sidecar_mounts() -> None:
-    readme = (ROOT / "README.md").read_text()
+def test_the_guide_creates_the_ca_secret_and_trust_config_map_of_the_sidecar() -> None:
+    readme = (ROOT / GUIDE).read_text()
     assert "kubectl create secret tls effect-broker-ca" in readme
     assert "kubectl create configmap effect-broker-ca-trust" in readme
     for name in ("ca.pem", "ca-bundle.pem"):

@@ -1,7 +1,8 @@
 """The effect lifecycle table and its safety-class guards, against an independent oracle.
 
-The oracle below is typed out by hand from the lifecycle in DESIGN.md ("State machine")
-and the safety-class table; it never asks ``is_allowed`` what the answer should be.
+The oracle below is typed out by hand from the lifecycle in docs/architecture.md ("The
+state machine") and the safety-class table; it never asks ``is_allowed`` what the
+answer should be.
 """
 
 from __future__ import annotations

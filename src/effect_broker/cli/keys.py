@@ -1,6 +1,6 @@
 """``effect-broker keys``: which master keys protect what, and rotating to a new one.
 
-Rotation is an online operation (README, "Rotating the master key"): every proxy first
+Rotation is an online operation (docs/how-to/rotate-keys.md): every proxy first
 runs with ``EFFECT_BROKER_MASTER_KEYS=new,old``, then ``keys rotate`` seals every stored
 payload under the new key, then ``keys status`` shows nothing left under the old one and
 the old key can be dropped from the configuration.

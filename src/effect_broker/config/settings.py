@@ -1,4 +1,4 @@
-"""Settings from flags or ``EFFECT_BROKER_*`` environment variables (DESIGN.md names)."""
+"""Settings from flags or ``EFFECT_BROKER_*`` variables (docs/reference/commands.md)."""
 
 from __future__ import annotations
 
@@ -69,7 +69,10 @@ class Settings(BaseSettings):
     max_receipt_bytes: int = Field(
         10 * 1024 * 1024,
         ge=0,
-        description="Largest response body kept in a receipt; see README for beyond.",
+        description=(
+            "Largest response body kept in a receipt; beyond it, a replay gets status "
+            "and headers only (docs/reference/headers.md)."
+        ),
     )
     receipt_cache_bytes: int = Field(
         4 * 1024 * 1024,

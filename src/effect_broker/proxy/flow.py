@@ -1,4 +1,4 @@
-"""The request flow of DESIGN.md, steps 1-8, for one request on a matched route.
+"""The request flow, steps 1-8 (docs/architecture.md), for one request on a matched route.
 
 This module is the adapter between HTTP and the engine: it requires the operation key,
 reads and hashes the exact payload, hands the intent to the engine, and renders what
@@ -86,7 +86,7 @@ REPLAYED_HEADER = "Idempotent-Replayed"
 
 
 def operation_key(request: web.Request, header: str) -> str:
-    """The caller's name for this business intent, validated (DESIGN.md step 2)."""
+    """The caller's name for this business intent, validated (step 2 of the flow)."""
     values = request.headers.getall(header, [])
     if not values or not values[0]:
         raise MissingOperationKey(
