@@ -12,6 +12,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 
@@ -143,6 +144,8 @@ def test_an_unreachable_database_is_one_line_with_host_port_and_fix() -> None:
 
 
 def test_a_wrong_database_name_or_user_says_which_and_where(database_url: str) -> None:
+    if urlsplit(database_url).hostname is None:  # host:port is what the message names
+        pytest.skip("the ledger listens on a Unix socket here; CI's second run uses TCP")
     server = database_url.rsplit("/", 1)[0]
     host_port = server.rsplit("@", 1)[-1]
 

@@ -76,7 +76,8 @@ class Relay:
 @asynccontextmanager
 async def relayed(dsn: str) -> AsyncIterator[tuple[str, Relay]]:
     parts = urlsplit(dsn)
-    assert parts.hostname is not None
+    if parts.hostname is None:  # the embedded server: a Unix socket, nothing to relay
+        pytest.skip("the ledger listens on a Unix socket here; CI's second run uses TCP")
     relay = Relay(parts.hostname, parts.port or 5432)
     server = await asyncio.start_server(relay._serve, "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
