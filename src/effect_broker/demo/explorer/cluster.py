@@ -24,10 +24,10 @@ import aiohttp
 
 from effect_broker.demo import payment_target
 from effect_broker.demo.crash_matrix.cells import (
-    KIT_SECRET_ENV,
     SERVE,
     SETTLEMENT_DELAY,
     TARGET_KIT_SECRET_ENV,
+    serve_environment,
     write_routes,
 )
 from effect_broker.demo.crash_matrix.processes import (
@@ -42,10 +42,10 @@ from effect_broker.demo.crash_matrix.processes import (
 from effect_broker.demo.explorer.relay import LedgerRelay, through, upstream_of
 
 TENANT = "explorer"
-#: lease = queue timeout + the routes' 1 s timeout + grace = 1.8 s: short, so a pause
-#: or stall longer than that (and the 0.5 s settlement bound) is quick to stage.
+#: lease = queue timeout + the routes' 1 s timeout + the proof's 300 ms grace
+#: (``serve_environment``) = 1.8 s: short, so a pause or stall longer than that (and
+#: the 0.5 s settlement bound) is quick to stage.
 QUEUE_TIMEOUT = "500ms"
-LEASE_GRACE = "300ms"
 LEASE_SECONDS = 1.8
 TARGET_DB = "target.sqlite3"
 RESTART_TIMEOUT = 30.0  # a killed proxy is up again within this (the ledger may be down)
@@ -116,22 +116,17 @@ class Cluster:
     ) -> Proxy:
         """``effect-broker serve`` on the round's ledger, at ``ledger_url``."""
         self.started += 1
-        env = {k: v for k, v in os.environ.items() if not k.startswith("EFFECT_BROKER_")}
-        env.update(
-            EFFECT_BROKER_DATABASE_URL=ledger_url,
-            EFFECT_BROKER_MASTER_KEY=self.master_key,
-            EFFECT_BROKER_ROUTES=str(self.directory / "routes.yaml"),
-            EFFECT_BROKER_LISTEN=listen,
-            EFFECT_BROKER_ADMIN_LISTEN=admin,
-            EFFECT_BROKER_TENANT=TENANT,
-            EFFECT_BROKER_LEASE_GRACE=LEASE_GRACE,
+        env = serve_environment(
+            ledger_url=ledger_url,
+            master_key=self.master_key,
+            routes=self.directory / "routes.yaml",
+            listen=listen,
+            admin=admin,
+            tenant=TENANT,
+            kit_secret=self.kit_secret,
+            failpoints=armed,
             EFFECT_BROKER_UPSTREAM_QUEUE_TIMEOUT=QUEUE_TIMEOUT,
-            EFFECT_BROKER_RECONCILER="true",
-            EFFECT_BROKER_POOL_MAX_SIZE="4",
         )
-        env[KIT_SECRET_ENV] = self.kit_secret
-        if armed:
-            env["EFFECT_BROKER_FAILPOINTS"] = armed
         name = f"proxy {self.started}" + (f" (armed: {armed})" if armed else "")
         process = await spawn(
             self.stack,
