@@ -83,8 +83,9 @@ def upstream_tls(extra_ca_file: Path | None = None) -> ssl.SSLContext:
     return context
 
 
-class SendWithheld(ConnectionResetError):
-    """The attempt's send window had closed before its first byte: nothing written."""
+class WindowClosed(ConnectionResetError):
+    """Raised into aiohttp at a refused first write; what the attempt proved is then
+    said once, by ``_sent_within``, whatever error aiohttp made of this."""
 
 
 class FencedTransport:
@@ -105,10 +106,7 @@ class FencedTransport:
         window = current_window.get()
         if window is not None and not window.admit():
             self._transport.abort()
-            raise SendWithheld(
-                f"send withheld: the attempt's lease could have run out "
-                f"({window.late_by():.3f}s past its send window)"
-            )
+            raise WindowClosed("the attempt's send window had closed")
 
     def write(self, data: bytes | bytearray | memoryview) -> None:
         self._admit()
