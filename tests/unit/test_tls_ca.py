@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 from effect_broker.cli import _register, app
 from effect_broker.cli import ca as cli_ca
-from effect_broker.cli.doctor import tls_findings
+from effect_broker.cli.doctor_network import tls_findings
 from effect_broker.cli.up import _with_ca
 from effect_broker.config.settings import Settings
 from effect_broker.proxy import intercept
