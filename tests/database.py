@@ -11,7 +11,10 @@ directory, never under pytest's ``/tmp/pytest-of-<user>``: pytest makes that fol
 private (0700) again, and prunes old runs there, whenever another session starts, and
 the server (run as its own system user when the tests run as root) then loses its data
 directory mid-run. Each run has its own folder and listens only on a Unix socket inside
-it, so several runs on one machine never share or stop each other's server.
+it, so several runs on one machine never share or stop each other's server. The folder
+is named for the run's pid and locked while the run lives; a run that finds another's
+folder unlocked (its owner was killed before it could clean up) stops the server left
+there and removes it.
 
 If the server stops answering midway, the next test that asks for a database stops the
 whole session with one message that says so, instead of hundreds of tests each failing
@@ -24,6 +27,7 @@ import os
 import shutil
 import socket
 import tempfile
+import time
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -32,6 +36,11 @@ from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
 import pytest
+
+try:
+    import fcntl
+except ImportError:  # Windows: no advisory locks, so nothing is swept
+    fcntl = None  # type: ignore[assignment]
 
 from tests.support import poll
 
@@ -43,6 +52,12 @@ CONTAINER_IMAGE = "postgres:18"
 SERVER_GONE = 7
 #: How long a server that refuses connections gets to come back before the session ends.
 GRACE_SECONDS = 30.0
+#: The embedded server's folder: under the system's temporary directory, named for the
+#: pid of the run that made it, holding ``OWNER_LOCK`` while that run lives.
+HOME_PREFIX = "effect-broker-test-pg-"
+OWNER_LOCK = "owner.lock"
+#: A folder this old whose lock nobody holds belongs to a run that died.
+SWEEP_AFTER_SECONDS = 60.0
 
 # Each server this run uses, by DSN: what to call it, and its data folder if this run
 # made one, for the message if it dies.
@@ -79,14 +94,79 @@ def session_server() -> Iterator[str]:
 def embedded_server() -> Iterator[str]:
     from effect_broker.embedded import embedded_postgres
 
-    home = Path(tempfile.mkdtemp(prefix="effect-broker-test-pg-"))
+    root = Path(tempfile.gettempdir())
+    sweep_abandoned(root)
+    home = Path(tempfile.mkdtemp(prefix=f"{HOME_PREFIX}{os.getpid()}-", dir=root))
     home.chmod(0o755)
+    with _owned(home):
+        try:
+            with embedded_postgres(home / "data", durable=False, keep_data=False) as dsn:
+                _started[dsn] = ("the embedded PostgreSQL of this run", home / "data")
+                yield dsn
+        finally:
+            shutil.rmtree(home, ignore_errors=True)
+
+
+@contextmanager
+def _owned(home: Path) -> Iterator[None]:
+    """Hold ``home``'s lock for as long as this run uses it: a run that sees the lock
+    free knows the owner is gone (killed before it could clean up), whatever its pid
+    namespace, since the kernel drops a dead process's locks."""
+    with (home / OWNER_LOCK).open("w") as lock:
+        lock.write(f"{os.getpid()}\n")
+        lock.flush()
+        if fcntl is not None:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
+def sweep_abandoned(root: Path, *, older_than: float = SWEEP_AFTER_SECONDS) -> list[Path]:
+    """Stop the servers of, and remove, the folders of test runs that died without
+    cleaning up (SIGKILL, a closed terminal): each would otherwise keep a PostgreSQL
+    running for nothing. A folder whose lock a live run holds is left alone, and so is
+    one younger than ``older_than`` seconds (its run may not hold the lock yet)."""
+    if fcntl is None:
+        return []
+    swept = []
+    now = time.time()
+    for home in root.glob(f"{HOME_PREFIX}*"):
+        lock_path = home / OWNER_LOCK
+        try:
+            if now - lock_path.stat().st_mtime < older_than:
+                continue
+            lock = lock_path.open("a")
+        except OSError:
+            continue  # no lock file: not a folder of this scheme, or not ours to touch
+        with lock:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                continue  # a live run holds it
+            _stop_postmaster(home / "data")
+            shutil.rmtree(home, ignore_errors=True)
+            swept.append(home)
+    return swept
+
+
+def _stop_postmaster(data: Path) -> None:
+    """Stop the server whose data folder is ``data``, if one still runs there (checked
+    by its command line, so a reused pid is never signalled)."""
     try:
-        with embedded_postgres(home / "data", durable=False, keep_data=False) as dsn:
-            _started[dsn] = ("the embedded PostgreSQL of this run", home / "data")
-            yield dsn
-    finally:
-        shutil.rmtree(home, ignore_errors=True)
+        pid = int((data / "postmaster.pid").read_text().split("\n", 1)[0])
+    except (OSError, ValueError):
+        return
+    import psutil  # installed with the embedded PostgreSQL
+
+    try:
+        process = psutil.Process(pid)
+        if str(data) not in " ".join(process.cmdline()):
+            return
+        process.terminate()
+        process.wait(10)
+    except psutil.TimeoutExpired:
+        process.kill()
+    except psutil.Error:
+        return
 
 
 def docker_unreachable() -> str | None:

@@ -12,9 +12,6 @@ import asyncio
 import base64
 import json
 import ssl
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -25,13 +22,12 @@ from effect_broker.proxy.tls_ca import CA_COMMON_NAME
 from effect_broker.tenancy import new_api_key
 from tests.integration.harness import (
     PROBLEMS,
-    Broker,
     address,
     ledger_rows,
     request,
-    running_broker,
     serve_handler,
 )
+from tests.integration.intercept_support import Setup, setup
 from tests.integration.tls_support import (
     CHARGE,
     ChargeTarget,
@@ -39,44 +35,9 @@ from tests.integration.tls_support import (
     charge_request,
     connect_raw,
     open_tunnel,
-    routes,
     serve_tls,
     split,
 )
-
-
-@dataclass
-class Setup:
-    world: TlsWorld
-    target: ChargeTarget
-    port: int
-    broker: Broker
-
-    @property
-    def proxy(self) -> tuple[str, int]:
-        return address(self.broker.proxy_url)
-
-
-@asynccontextmanager
-async def setup(
-    database_url: str,
-    tmp_path: Path,
-    *,
-    untrusted_port: int = 1,
-    watch_loopback: bool = True,
-    **settings: object,
-) -> AsyncIterator[Setup]:
-    world = TlsWorld(tmp_path)
-    target = ChargeTarget()
-    async with serve_tls(target.handle, world.server_context()) as port:
-        text = routes(port, watch_loopback=watch_loopback).replace(
-            "{untrusted}", str(untrusted_port)
-        )
-        options = {**world.settings(), **settings}
-        async with running_broker(
-            database_url, tmp_path, routes=lambda _: text, **options
-        ) as broker:
-            yield Setup(world, target, port, broker)
 
 
 async def post_in_tunnel(s: Setup, key: str, body: bytes = CHARGE) -> bytes:

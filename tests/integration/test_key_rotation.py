@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 
 from effect_broker.canonical import downstream_key
 from effect_broker.cli import _register, app
-from effect_broker.cli.doctor import payload_keys
+from effect_broker.cli.doctor_ledger import payload_keys
 from effect_broker.config.routes_file import parse_routes
 from effect_broker.config.settings import Settings
 from effect_broker.crypto import Keyring, MasterKey

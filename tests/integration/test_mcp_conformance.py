@@ -22,7 +22,7 @@ import pytest
 
 from tests.integration.harness import running_broker
 from tests.integration.mcp_support import ToolStore, mcp_routes, serve_mcp
-from tests.integration.test_https_clients import node_binary
+from tests.integration.node_support import node_binary
 
 CONFORMANCE_DIR = Path(__file__).parents[1] / "node" / "conformance"
 SUITES = {

@@ -14,7 +14,7 @@ import json
 from pathlib import Path
 
 from tests.integration.harness import ledger_rows
-from tests.integration.test_https_intercept import setup
+from tests.integration.intercept_support import setup
 from tests.integration.tls_support import charge_request, connect_raw, split
 
 

@@ -3,6 +3,10 @@ and the container source is explicit and skips cleanly where Docker is absent.""
 
 from __future__ import annotations
 
+import fcntl
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -58,3 +62,53 @@ def test_an_unknown_source_is_refused_by_name(monkeypatch: pytest.MonkeyPatch) -
         pytest.fail("an unknown source gave a server")
 
     assert "'sqlite' is not a test database source" in str(stopped.value.msg)
+
+
+def _home(root: Path, name: str, *, age: float = 120.0) -> Path:
+    home = root / f"{database.HOME_PREFIX}{name}"
+    (home / "data").mkdir(parents=True)
+    lock = home / database.OWNER_LOCK
+    lock.write_text("1\n")
+    os.utime(lock, (lock.stat().st_atime - age, lock.stat().st_mtime - age))
+    return home
+
+
+def test_a_dead_runs_folder_is_swept_and_a_live_ones_kept(tmp_path: Path) -> None:
+    abandoned = _home(tmp_path, "111-abandoned")
+    young = _home(tmp_path, "222-young", age=0)
+    live = _home(tmp_path, "333-live")
+    unlocked_kind = tmp_path / f"{database.HOME_PREFIX}old-style"
+    unlocked_kind.mkdir()
+    with (live / database.OWNER_LOCK).open("a") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+
+        swept = database.sweep_abandoned(tmp_path, older_than=60)
+
+    assert swept == [abandoned]
+    assert not abandoned.exists()
+    assert young.exists() and live.exists() and unlocked_kind.exists()
+
+
+def test_sweeping_stops_the_server_left_in_the_folder_and_no_other(
+    tmp_path: Path,
+) -> None:
+    homes = [_home(tmp_path, "444-server"), _home(tmp_path, "555-stranger")]
+    # A stand-in postmaster whose command line names its data folder, as PostgreSQL's
+    # does (-D <data>), and a process that merely reuses the recorded pid's slot.
+    server = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(120)", str(homes[0] / "data")]
+    )
+    stranger = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    try:
+        for home, process in zip(homes, (server, stranger), strict=True):
+            (home / "data" / "postmaster.pid").write_text(f"{process.pid}\n/data\n")
+
+        database.sweep_abandoned(tmp_path, older_than=60)
+
+        assert server.wait(10) is not None
+        assert stranger.poll() is None
+        assert not any(home.exists() for home in homes)
+    finally:
+        for process in (server, stranger):
+            process.kill()
+            process.wait()

@@ -9,30 +9,26 @@ and admin calls must not go through the proxy port.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Annotated, Any
 
 import typer
 from rich.console import Console
-from rich.padding import Padding
-from rich.table import Table
 from rich.text import Text
 
+from effect_broker.cli.effects_show import (
+    STATUS_STYLES,
+    print_effect,
+    print_history,
+    print_request,
+    status_text,
+)
 from effect_broker.cli.effects_table import effects_table
 from effect_broker.cli.local_state import DEFAULT_ADMIN_URL, admin_access, using
 from effect_broker.cli.words import plural
 from effect_broker.client.admin import AdminProblem, AdminUnreachable, EffectsClient
-
-# Effects that wait on proof or a person must stand out in every listing.
-STATUS_STYLES: Mapping[str, str] = {
-    "outcome_unknown": "bold red",
-    "manual_review": "yellow",
-    "succeeded": "green",
-    "failed_final": "dim",
-}
 
 effects_app = typer.Typer(
     help="List, inspect, reconcile and resolve effects through the admin API.",
@@ -95,16 +91,6 @@ def _client(admin_url: str | None, token: str | None) -> EffectsClient:
     if used:
         Console(stderr=True, highlight=False, soft_wrap=True).print(using(used))
     return EffectsClient(admin_url, token)
-
-
-def _status(status: str) -> Text:
-    return Text(status, style=STATUS_STYLES.get(status, ""))
-
-
-def _clock(stamp: str) -> str:
-    """A UTC wall-clock time to the millisecond: enough to read a history in order."""
-    moment = datetime.fromisoformat(stamp).astimezone(UTC)
-    return moment.strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
 
 
 MAX_PREFIX_PAGES = 20
@@ -217,63 +203,6 @@ def list_effects(
         out.print(more, soft_wrap=True)
 
 
-def _details(details: Mapping[str, Any]) -> str:
-    if not details:
-        return ""
-    return json.dumps(details, separators=(", ", ": "), ensure_ascii=False)
-
-
-def _print_history(out: Console, events: Sequence[Mapping[str, Any]]) -> None:
-    """One event per line (sequence, time, kind, status change), then who wrote it and
-    its details indented beneath: readable at 80 columns, where a table of seven
-    columns folds every cell into slivers. The date is printed when it changes."""
-    out.print(Text("History (UTC)", style="bold"))
-    day = None
-    for event in events:
-        stamp = _clock(event["occurred_at"])
-        if stamp[:10] != day:
-            day = stamp[:10]
-            out.print(Text(f"  {day}", style="dim"))
-        line = Text(f"{event['seq']:>4}  {stamp[11:]}  ")
-        line.append(f"{event['kind']:<16} ", style="bold")
-        line.append(f"{event['from'] or '-'} -> ")
-        line.append_text(_status(event["to"]))
-        out.print(line, overflow="fold")
-        beneath = Text(f"by {event['actor']}", style="dim")
-        if event["details"]:
-            beneath.append("  " + _details(event["details"]))
-        out.print(Padding(beneath, (0, 0, 0, 6)), overflow="fold")
-
-
-def _print_effect(out: Console, effect: Mapping[str, Any]) -> None:
-    grid = Table.grid(padding=(0, 2))
-    grid.add_column(style="bold")
-    grid.add_column(overflow="fold")
-    rows: list[tuple[str, str | Text | None]] = [
-        ("id", effect["id"]),
-        ("status", _status(effect["status"])),
-        ("operation key", effect["operation_key"]),
-        ("route", effect["route"]),
-        ("contract", f"{effect['contract']} ({effect['safety']})"),
-        ("attempts", str(effect["attempts"])),
-        ("version", str(effect["version"])),
-        ("created", effect["created_at"]),
-        ("updated", effect["updated_at"]),
-        ("due", effect.get("due_at")),
-        ("lease", effect.get("lease_owner")),
-        ("lease expires", effect.get("lease_expires_at")),
-        ("retention until", effect.get("retention_deadline")),
-        ("settlement after", effect.get("settlement_deadline")),
-        ("downstream key", effect.get("downstream_key")),
-        ("last error", effect.get("last_error")),
-        ("request", _details(effect.get("request_preview") or {})),
-    ]
-    for label, value in rows:
-        if value:
-            grid.add_row(label, value)
-    out.print(grid)
-
-
 @effects_app.command("inspect")
 def inspect(
     effect_id: Annotated[
@@ -298,12 +227,12 @@ def inspect(
     if as_json:
         out.print_json(data=effect)
         return
-    _print_effect(out, effect)
+    print_effect(out, effect)
     out.print()
     out.print(Text("Guarantee: ", style="bold") + Text(effect["guarantee"]))
     out.print()
-    _print_request(out, effect.get("request"))
-    _print_history(out, effect["history"])
+    print_request(out, effect.get("request"))
+    print_history(out, effect["history"])
     if effect["chain_intact"]:
         out.print(Text("event chain intact: every digest verifies", style="green"))
     else:
@@ -312,30 +241,12 @@ def inspect(
     if folded:
         out.print(
             Text(f"after event {folded['seq']}: ")
-            + _status(folded["status"])
+            + status_text(folded["status"])
             + Text(
                 f" ({folded['last_kind']} by {folded['last_actor']}, "
                 f"{plural(folded['attempts'], 'attempt')})"
             )
         )
-
-
-def _print_request(out: Console, shown: dict[str, Any] | None) -> None:
-    """What the client sent, credentials hidden: what to look for at the target."""
-    out.print(Text("Request", style="bold"))
-    if shown is None:
-        out.print("  (cannot be opened with this broker's master keys)")
-        out.print()
-        return
-    out.print(Text(f"  {shown['method']} {shown['url']}"))
-    for name, value in shown["headers"]:
-        out.print(Text(f"  {name}: {value}"))
-    out.print()
-    for line in shown["body"].splitlines():
-        out.print(Text(f"  {line}"))
-    if shown["redacted"]:
-        out.print(Text(f"  hidden: {', '.join(shown['redacted'])}", style="dim"))
-    out.print()
 
 
 @effects_app.command("reconcile")
@@ -350,7 +261,7 @@ def reconcile(
         effect = client.reconcile(_full_id(client, effect_id))
     _out().print(
         Text(f"effect {effect['id']} is ")
-        + _status(effect["status"])
+        + status_text(effect["status"])
         + Text("; the reconciler looks at it on its next pass")
     )
 
@@ -417,7 +328,7 @@ def resolve(
         out.print("note: `failed` is the deprecated word for `abandoned`")
     out.print(
         Text(f"effect {effect['id']} resolved as {word.value}; status now ")
-        + _status(effect["status"])
+        + status_text(effect["status"])
     )
     if effect["status"] == "prepared":
         out.print("it is sent again on the next client retry or reconciler pass")

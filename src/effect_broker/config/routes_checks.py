@@ -20,19 +20,21 @@ from typing import Annotated, Any, TypeVar
 from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
 
 from effect_broker.config.contracts import DEFAULT_OPERATION_KEY_HEADER
+from effect_broker.config.routes_contract_models import (
+    ContractSection,
+    IdempotentContract,
+    ProbeSection,
+    ReconcilableContract,
+    TransactionalContract,
+)
 from effect_broker.config.routes_fields import (
     NAME_PATTERN,
     TOKEN_PATTERN,
 )
 from effect_broker.config.routes_models import (
-    ContractSection,
-    IdempotentContract,
     MatchSection,
-    ProbeSection,
     ProxySection,
-    ReconcilableContract,
     RouteSection,
-    TransactionalContract,
 )
 from effect_broker.config.routing import overlap_witness, parse_path_pattern
 from effect_broker.config.yaml_lines import DataPath, YamlDocument, field_label

@@ -38,15 +38,17 @@ from effect_broker.config.contracts import (
 from effect_broker.config.presets import expand_presets
 from effect_broker.config.routes_checks import cross_field_issues
 from effect_broker.config.routes_config import ProxyPolicy, RoutesConfig
+from effect_broker.config.routes_contract_models import (
+    ContractSection,
+    IdempotentContract,
+    ReconcilableContract,
+)
 from effect_broker.config.routes_fields import (
     SUPPORTED_VERSION,
 )
 from effect_broker.config.routes_issues import validation_issues
 from effect_broker.config.routes_mcp_models import McpSection
 from effect_broker.config.routes_models import (
-    ContractSection,
-    IdempotentContract,
-    ReconcilableContract,
     RouteSection,
     RoutesFile,
 )

@@ -20,6 +20,12 @@ from pydantic import BaseModel, ValidationError
 from pydantic.fields import FieldInfo
 from pydantic_core import ErrorDetails
 
+from effect_broker.config.routes_contract_models import (
+    SAFETY_CHOICES,
+    ContractBase,
+    class_field_owner,
+    safety_of,
+)
 from effect_broker.config.routes_fields import (
     HEADER_VALUE_PATTERN,
     JSON_POINTER_PATTERN,
@@ -30,12 +36,6 @@ from effect_broker.config.routes_fields import (
     ROUTE_PATH_PATTERN,
     TOKEN_PATTERN,
     UPSTREAM_PATTERN,
-)
-from effect_broker.config.routes_models import (
-    SAFETY_CHOICES,
-    ContractBase,
-    class_field_owner,
-    safety_of,
 )
 from effect_broker.config.yaml_lines import DataPath, YamlDocument, describe, field_label
 from effect_broker.errors import ConfigIssue

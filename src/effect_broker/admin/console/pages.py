@@ -9,19 +9,27 @@ never settles an effect on the strength of a page that no longer describes it.
 
 from __future__ import annotations
 
-import hmac
 import json
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from importlib import resources
 from typing import Any
 from uuid import UUID
 
-import jinja2
 from aiohttp import web
 
-from effect_broker.admin.auth import ADMIN_TOKEN
-from effect_broker.admin.console.session import COOKIE, Session, SessionSigner
+from effect_broker.admin.console.frame import (
+    CONSOLE,
+    CSS,
+    PREFIX,
+    Console,
+    forbidden,
+    render_page,
+    signed_in,
+    signer_of,
+    templates,
+)
+from effect_broker.admin.console.login import login, login_form, logout
+from effect_broker.admin.console.session import Session
 from effect_broker.admin.console.views import (
     AWAITING,
     attempts_view,
@@ -34,7 +42,6 @@ from effect_broker.admin.requests import MAX_LIMIT
 from effect_broker.admin.state import ADMIN_STATE
 from effect_broker.admin.validation import parse_resolution_body
 from effect_broker.admin.views import GUARANTEES, trace_id_of
-from effect_broker.crypto import Keyring
 from effect_broker.engine import AWAITING_OPERATOR, open_receipt, permitted
 from effect_broker.errors import (
     EffectBrokerError,
@@ -43,177 +50,6 @@ from effect_broker.errors import (
     StaleVersion,
 )
 from effect_broker.models import Effect, EffectFilter
-
-PREFIX = "/console"
-CSS = "console.css"
-SECURITY_HEADERS = {
-    "Content-Security-Policy": (
-        "default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; "
-        "frame-ancestors 'none'; base-uri 'none'"
-    ),
-    "X-Frame-Options": "DENY",
-    "X-Content-Type-Options": "nosniff",
-    "Referrer-Policy": "same-origin",  # Origin reaches us, never other sites
-    "Cache-Control": "no-store",
-}
-
-
-# Console sessions are signed with a key derived under this name from the master key.
-SESSION_KEY_NAME = "effect-broker console sessions"
-
-
-@dataclass(slots=True)
-class Console:
-    templates: jinja2.Environment
-    admin_token: str | None  # a sidecar's; part of what signs its sessions
-    trace_url: str | None  # e.g. https://jaeger.internal/trace/{trace_id}
-    _signer: SessionSigner | None = None
-
-    def signer(self, keyring: Keyring) -> SessionSigner:
-        """Derived once, on first use: every worker of the deployment derives the
-        same one from the same master key."""
-        if self._signer is None:
-            self._signer = SessionSigner.derive(
-                keyring.data_key(SESSION_KEY_NAME), self.admin_token
-            )
-        return self._signer
-
-
-def _signer(request: web.Request) -> SessionSigner:
-    return request.app[CONSOLE].signer(request.app[ADMIN_STATE].keyring)
-
-
-CONSOLE = web.AppKey("console", Console)
-
-
-def _templates() -> jinja2.Environment:
-    return jinja2.Environment(
-        loader=jinja2.PackageLoader("effect_broker.admin.console", "templates"),
-        autoescape=True,
-        undefined=jinja2.StrictUndefined,
-    )
-
-
-def _page(
-    request: web.Request, name: str, *, status: int = 200, **context: Any
-) -> web.Response:
-    console = request.app[CONSOLE]
-    text = console.templates.get_template(name).render(prefix=PREFIX, **context)
-    return web.Response(
-        text=text, status=status, content_type="text/html", headers=SECURITY_HEADERS
-    )
-
-
-def _session(request: web.Request) -> Session | None:
-    return _signer(request).read(request.cookies.get(COOKIE), datetime.now(UTC))
-
-
-def _signed_in(request: web.Request) -> tuple[Session, str]:
-    """The session and its CSRF token, or a redirect to the login form."""
-    session = _session(request)
-    if session is None:
-        raise web.HTTPSeeOther(f"{PREFIX}/login")
-    return session, _signer(request).csrf_for(session)
-
-
-# -- login --------------------------------------------------------------------------
-
-
-async def _tenant_for(request: web.Request, token: str) -> str | None:
-    """The tenant a token opens, exactly as the admin API's bearer check decides."""
-    state = request.app[ADMIN_STATE]
-    if state.gateway is not None:
-        return await state.gateway.tenant_for_api_key(token)
-    expected = request.app.get(ADMIN_TOKEN)
-    if expected is None or not hmac.compare_digest(token.encode(), expected.encode()):
-        return None
-    return state.tenant
-
-
-async def login_form(request: web.Request) -> web.Response:
-    if _session(request) is not None:
-        raise web.HTTPSeeOther(f"{PREFIX}/effects")
-    return _page(
-        request,
-        "login.html",
-        error=None,
-        configured=_configured(request),
-        session=None,
-        csrf="",
-    )
-
-
-def _configured(request: web.Request) -> bool:
-    return request.app[ADMIN_STATE].gateway is not None or ADMIN_TOKEN in request.app
-
-
-def _cross_site(request: web.Request) -> bool:
-    """A form posted from another origin (browsers send ``Origin`` on every POST).
-
-    The login form has no session to bind a CSRF token to yet, so another site could
-    otherwise log a browser in under a token of its choosing.
-    """
-    origin = request.headers.get("Origin")
-    return origin is not None and origin != f"{request.scheme}://{request.host}"
-
-
-async def login(request: web.Request) -> web.Response:
-    if _cross_site(request):
-        return _forbidden(request)
-    form = await request.post()
-    token = str(form.get("token", "")).strip()
-    tenant = await _tenant_for(request, token) if token else None
-    if tenant is None:
-        error = (
-            "That is not the admin token."
-            if token
-            else "Enter the admin token (EFFECT_BROKER_ADMIN_TOKEN)."
-        )
-        return _page(
-            request,
-            "login.html",
-            status=401,
-            error=error,
-            configured=_configured(request),
-            session=None,
-            csrf="",
-        )
-    cookie, _ = _signer(request).issue(tenant, datetime.now(UTC))
-    answer = web.HTTPSeeOther(f"{PREFIX}/effects")
-    answer.set_cookie(
-        COOKIE,
-        cookie,
-        path=PREFIX,
-        httponly=True,
-        samesite="Strict",
-        secure=request.secure,
-    )
-    raise answer
-
-
-async def logout(request: web.Request) -> web.Response:
-    session, _ = _signed_in(request)
-    form = await request.post()
-    if not _signer(request).csrf_ok(session, str(form.get("csrf", ""))):
-        return _forbidden(request)
-    answer = web.HTTPSeeOther(f"{PREFIX}/login")
-    answer.del_cookie(COOKIE, path=PREFIX)
-    raise answer
-
-
-def _forbidden(request: web.Request) -> web.Response:
-    return _page(
-        request,
-        "message.html",
-        status=403,
-        title="Form refused",
-        message="This form did not come from this console session (its CSRF token "
-        "is missing or wrong). Open the page again and resubmit.",
-        link=f"{PREFIX}/effects",
-        session=None,
-        csrf="",
-    )
-
 
 # -- pages --------------------------------------------------------------------------
 
@@ -231,7 +67,7 @@ async def stylesheet(request: web.Request) -> web.Response:
 
 async def waiting(request: web.Request) -> web.Response:
     """Unknown and manual-review effects: counts by route and age, then each one."""
-    session, csrf = _signed_in(request)
+    session, csrf = signed_in(request)
     oldest_first = request.query.get("order") == "oldest"
     store = request.app[ADMIN_STATE].store
     page = await store.list_effects(
@@ -243,7 +79,7 @@ async def waiting(request: web.Request) -> web.Response:
         oldest_first=oldest_first,
         truncated=page.next_cursor is not None,
     )
-    return _page(
+    return render_page(
         request,
         "effects.html",
         session=session,
@@ -262,7 +98,7 @@ async def _effect_or_404(
         effect_id = UUID(text)
         return await request.app[ADMIN_STATE].store.get(session.tenant, effect_id)
     except (ValueError, EffectNotFound):
-        return _page(
+        return render_page(
             request,
             "message.html",
             status=404,
@@ -275,7 +111,7 @@ async def _effect_or_404(
 
 
 async def effect_page(request: web.Request) -> web.Response:
-    session, csrf = _signed_in(request)
+    session, csrf = signed_in(request)
     effect = await _effect_or_404(request, session, csrf)
     if isinstance(effect, web.Response):
         return effect
@@ -306,7 +142,7 @@ async def _render_effect(
     trace_id = trace_id_of(effect)
     trace_url = request.app[CONSOLE].trace_url
     awaiting = effect.status in AWAITING_OPERATOR
-    return _page(
+    return render_page(
         request,
         "effect.html",
         status=status,
@@ -349,10 +185,10 @@ def _resolution_json(form: dict[str, str]) -> bytes:
 
 
 async def resolve(request: web.Request) -> web.Response:
-    session, csrf = _signed_in(request)
+    session, csrf = signed_in(request)
     posted = await request.post()
-    if not _signer(request).csrf_ok(session, str(posted.get("csrf", ""))):
-        return _forbidden(request)
+    if not signer_of(request).csrf_ok(session, str(posted.get("csrf", ""))):
+        return forbidden(request)
     effect = await _effect_or_404(request, session, csrf)
     if isinstance(effect, web.Response):
         return effect
@@ -412,7 +248,7 @@ async def resolve(request: web.Request) -> web.Response:
 def _stale(
     request: web.Request, session: Session, csrf: str, effect: Effect
 ) -> web.Response:
-    return _page(
+    return render_page(
         request,
         "message.html",
         status=409,
@@ -432,7 +268,7 @@ def add_console(
     app: web.Application, *, admin_token: str | None, trace_url: str | None
 ) -> None:
     """Serve the console under ``/console`` on the admin app."""
-    app[CONSOLE] = Console(_templates(), admin_token, trace_url)
+    app[CONSOLE] = Console(templates(), admin_token, trace_url)
     app.router.add_get(PREFIX, index)
     app.router.add_get(f"{PREFIX}/", index)
     app.router.add_get(f"{PREFIX}/{CSS}", stylesheet)

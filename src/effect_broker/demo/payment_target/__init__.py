@@ -46,7 +46,9 @@ Run it (``effect-broker up --demo`` starts it for you)::
 
 The code is split by job: ``charges`` (request bodies and the SQLite table),
 ``pg_charges`` (transactional mode's table, with the kit), ``faults`` (what
-``/_faults`` arms), ``app`` (the aiohttp handlers) and ``command`` (the command line).
+``/_faults`` arms), ``state`` (the app's keys and answer type), ``delivery`` (an
+answer sent, withheld or cut by a fault), ``app`` (the aiohttp handlers) and
+``command`` (the command line).
 
 Without ``--database-url`` it needs only the standard library and aiohttp (and asyncpg
 installed, as the proxy has it), so it can run anywhere the proxy runs.

@@ -14,8 +14,6 @@ import json
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from contextlib import AbstractAsyncContextManager
-from dataclasses import dataclass
 from pathlib import Path
 
 from aiohttp import web
@@ -29,93 +27,30 @@ from effect_broker.demo.payment_target.charges import (
     encode,
     parse_charge,
 )
+from effect_broker.demo.payment_target.delivery import deliver
 from effect_broker.demo.payment_target.faults import Faults
 from effect_broker.demo.payment_target.pg_charges import PgChargeStore
+from effect_broker.demo.payment_target.state import (
+    CORRELATION_HEADER,
+    FAULTS,
+    IDEMPOTENCY_HEADER,
+    POSTGRES,
+    REPLAYED_HEADER,
+    SETTINGS,
+    STORE,
+    Answer,
+    Postgres,
+    Settings,
+    error,
+    subject,
+)
 from effect_broker.target import ATTEMPT_KEY_HEADER, MalformedAttemptKey, read_attempt_key
 from effect_broker.target import aiohttp as kit_aiohttp
-from effect_broker.target.asyncpg import AsyncpgBackend, Connection
+from effect_broker.target.asyncpg import AsyncpgBackend
 
 log = logging.getLogger("payment_target")
 
-IDEMPOTENCY_HEADER = "Idempotency-Key"
-CORRELATION_HEADER = "X-Correlation-Id"
-REPLAYED_HEADER = "Idempotent-Replayed"
-
-#: How long a withheld answer is held back: far longer than any client waits.
-HANG_SECONDS = 3600.0
-
-# --------------------------------------------------------------------------- app state
-
-
-@dataclass(frozen=True)
-class Settings:
-    """How this target behaves: fixed for the life of the process."""
-
-    settlement_delay: float
-    key_retention: float
-    hang_prefixes: tuple[str, ...] = ()
-
-
-@dataclass
-class Postgres:
-    """Transactional mode's database: its URL, and its store once the app has started."""
-
-    url: str
-    opened: PgChargeStore | None = None
-
-    @property
-    def store(self) -> PgChargeStore:
-        if self.opened is None:
-            raise RuntimeError(
-                "the PostgreSQL store is not open: the app has not started"
-            )
-        return self.opened
-
-    def acquire(self) -> AbstractAsyncContextManager[Connection]:
-        """A pooled connection for the kit's endpoints."""
-        return self.store.pool.acquire()
-
-
-STORE = web.AppKey("store", ChargeStore)
-SETTINGS = web.AppKey("settings", Settings)
-FAULTS = web.AppKey("faults", Faults)
-POSTGRES = web.AppKey("postgres", Postgres)
-
-
-class Answer(web.Response):
-    """A JSON response that also carries the outcome written to the request log."""
-
-    def __init__(
-        self,
-        status: int,
-        body: bytes,
-        outcome: str,
-        headers: dict[str, str] | None = None,
-        content_type: str = "application/json",
-    ) -> None:
-        super().__init__(
-            status=status, body=body, content_type=content_type, headers=headers
-        )
-        self.outcome = outcome
-
-
-def error(status: int, message: str) -> Answer:
-    return Answer(status, encode({"error": message}), message)
-
-
 # --------------------------------------------------------------------------- handlers
-
-
-def _subject(request: web.Request) -> str:
-    """The key or correlation id of a request, for the log line."""
-    if key := request.headers.get(IDEMPOTENCY_HEADER):
-        return f"key={key}"
-    if attempt := request.headers.get(ATTEMPT_KEY_HEADER):
-        return f"attempt={attempt}"
-    correlation = request.headers.get(CORRELATION_HEADER) or request.query.get(
-        "correlation_id"
-    )
-    return f"correlation={correlation}" if correlation else "-"
 
 
 @web.middleware
@@ -124,7 +59,7 @@ async def log_requests(
     handler: Callable[[web.Request], Awaitable[web.StreamResponse]],
 ) -> web.StreamResponse:
     """One stderr line per request: method, path, key or correlation id, outcome."""
-    line = f"{request.method} {request.path_qs} {_subject(request)}"
+    line = f"{request.method} {request.path_qs} {subject(request)}"
     try:
         response = await handler(request)
     except web.HTTPException as exc:
@@ -151,69 +86,6 @@ async def _read_charge(request: web.Request) -> ChargeRequest | Answer:
         return error(400, f"invalid charge: {exc}")
 
 
-class StreamedAnswer(web.StreamResponse):
-    """An answer sent as a stream (chunked, no Content-Length), with its outcome."""
-
-    def __init__(self, answer: Answer) -> None:
-        super().__init__(status=answer.status)
-        for name, value in answer.headers.items():
-            if name.lower() != "content-length":
-                self.headers[name] = value
-        self.outcome = f"{answer.outcome}, streamed and cut (fault stream_after_commit)"
-
-
-async def _deliver(request: web.Request, answer: Answer) -> web.StreamResponse:
-    """Send a committed charge's answer, unless a fault says to lose it.
-
-    A withheld answer models the worst case for any retrying client: the charge is
-    committed, yet the caller sees only a timeout. The handler sleeps far longer than
-    any client waits; stopping the server cancels it, dropping the connection unanswered.
-    A streamed answer (``stream_after_commit``) is the same loss in the middle of a
-    body: its first half goes out chunked, the rest never does.
-    """
-    faults = request.app[FAULTS]
-    prefixes = request.app[SETTINGS].hang_prefixes
-    if faults.take("stream_after_commit"):
-        streamed = StreamedAnswer(answer)
-        await streamed.prepare(request)
-        body = answer.body if isinstance(answer.body, bytes) else b""
-        await streamed.write(body[: len(body) // 2])
-        log.info(
-            "%s %s %s -> %s, answer streaming: %d of %d bytes sent (fault "
-            "stream_after_commit)",
-            request.method,
-            request.path_qs,
-            _subject(request),
-            answer.outcome,
-            len(body) // 2,
-            len(body),
-        )
-        await _hang(faults)
-        return streamed
-    if not (request.path.startswith(prefixes) or faults.take("hang_after_commit")):
-        return answer
-    log.info(
-        "%s %s %s -> %s, answer withheld (fault hang_after_commit)",
-        request.method,
-        request.path_qs,
-        _subject(request),
-        answer.outcome,
-    )
-    await _hang(faults)
-    return answer
-
-
-async def _hang(faults: Faults) -> None:
-    """Far longer than any client waits; the server's shutdown cancels it."""
-    task = asyncio.current_task()
-    assert task is not None
-    faults.withheld.add(task)
-    try:
-        await asyncio.sleep(HANG_SECONDS)
-    finally:
-        faults.withheld.discard(task)
-
-
 async def post_idempotent(request: web.Request) -> web.StreamResponse:
     """Charge once per ``Idempotency-Key``: replay on repeat, 422 on payload drift."""
     key = request.headers.get(IDEMPOTENCY_HEADER)
@@ -237,7 +109,7 @@ async def post_idempotent(request: web.Request) -> web.StreamResponse:
         )
     else:
         answer = Answer(201, result.body, f"created {result.charge_id}")
-    return await _deliver(request, answer)
+    return await deliver(request, answer)
 
 
 async def post_reconcilable(request: web.Request) -> web.StreamResponse:
@@ -252,7 +124,7 @@ async def post_reconcilable(request: web.Request) -> web.StreamResponse:
         request.app[STORE].charge, "reconcilable", charge, correlation_id=correlation_id
     )
     answer = Answer(201, created.body, f"created {created.charge_id}")
-    return await _deliver(request, answer)
+    return await deliver(request, answer)
 
 
 async def get_reconcilable(request: web.Request) -> Answer:
@@ -280,7 +152,7 @@ async def post_unsafe(request: web.Request) -> web.StreamResponse:
         return charge
     created = await asyncio.to_thread(request.app[STORE].charge, "unsafe", charge)
     answer = Answer(201, created.body, f"created {created.charge_id}")
-    return await _deliver(request, answer)
+    return await deliver(request, answer)
 
 
 async def post_transactional(request: web.Request) -> web.StreamResponse:
@@ -299,7 +171,7 @@ async def post_transactional(request: web.Request) -> web.StreamResponse:
     headers = dict(stored.headers)
     content_type = headers.pop("Content-Type", "application/json")
     answer = Answer(stored.status, stored.body, outcome, headers, content_type)
-    return await _deliver(request, answer)
+    return await deliver(request, answer)
 
 
 async def list_charges(request: web.Request) -> Answer:
