@@ -7,6 +7,7 @@ import json
 import re
 from pathlib import Path
 
+import asyncpg
 import pytest
 from typer.testing import CliRunner, Result
 
@@ -248,3 +249,30 @@ async def test_a_key_stuck_in_default_headers_is_named(
     text = flat(result)
     assert "route payments: 11 requests reused an operation key" in text
     assert "against 1 effects made" in text
+
+
+async def test_a_ledger_table_without_autovacuum_is_warned_about(
+    database_url: str, master_key: str
+) -> None:
+    """A ledger whose statistics never refresh is planned as empty and falls to
+    sequential scans as it grows: doctor names the tables and does not fail the gate.
+    The server's own setting decides which tables: all four when its autovacuum is off
+    (a server-wide setting a test cannot change), else the one turned off here."""
+    admin = await asyncpg.connect(database_url)
+    try:
+        server_autovacuum = await admin.fetchval("SELECT current_setting('autovacuum')")
+        healthy = await run_doctor(database_url, master_key)
+        await admin.execute("ALTER TABLE effect_attempts SET (autovacuum_enabled = off)")
+    finally:
+        await admin.close()
+    result = await run_doctor(database_url, master_key)
+
+    assert result.exit_code == 0, result.output
+    if server_autovacuum == "on":
+        assert re.search(r"autovacuum\W+ok\W+on for every ledger table", flat(healthy))
+        named = "effect_attempts:"
+    else:
+        named = "effect_attempts, effect_events, effect_receipts, effects:"
+    assert re.search(rf"autovacuum\W+warning\W+off for {named}", flat(result)), (
+        result.output
+    )

@@ -104,11 +104,31 @@ async def database_findings(
                 f"{format_duration(KEY_SCOPE_WINDOW)}); {stuck}",
             )
 
+        async def autovacuum() -> Finding:
+            if await store.pending_migrations():
+                return Finding(
+                    "autovacuum", False, "not checked: migrations pending", warning=True
+                )
+            tables = await store.tables_without_autovacuum()
+            if tables:
+                return Finding(
+                    "autovacuum",
+                    False,
+                    f"off for {', '.join(tables)}: their statistics never refresh, so "
+                    "as the ledger grows its lookups fall to sequential scans and "
+                    "throughput sinks. Turn autovacuum on (or remove the table's "
+                    "autovacuum_enabled=false), or run ANALYZE on these tables "
+                    "regularly",
+                    warning=True,
+                )
+            return Finding("autovacuum", True, "on for every ledger table")
+
         findings = [Finding("database", True, "reachable" + source)]
         for check, probe in (
             ("migrations", migrations),
             ("clock skew", skew),
             ("key scope", key_scope),
+            ("autovacuum", autovacuum),
         ):
             findings.append(await guarded(check, probe))
         try:

@@ -380,6 +380,20 @@ FROM effects
 WHERE created_at > now() - $1::interval
 GROUP BY route;
 
+-- ledger_tables_without_autovacuum --
+-- The ledger's tables autovacuum never analyzes: all of them when the server runs no
+-- autovacuum (or keeps no statistics for it), else those whose storage parameters turn
+-- it off. Without fresh statistics a growing ledger is planned as if it were empty.
+SELECT c.relname::text AS table_name
+FROM pg_class c
+WHERE c.oid = ANY (ARRAY['effects', 'effect_attempts', 'effect_receipts',
+                         'effect_events']::regclass[])
+  AND (NOT current_setting('autovacuum')::boolean
+       OR NOT current_setting('track_counts')::boolean
+       OR EXISTS (SELECT 1 FROM unnest(c.reloptions) AS option
+                  WHERE option ~* '^autovacuum_enabled=(false|off|no|f|n|0)$'))
+ORDER BY c.relname;
+
 -- clock --
 -- The database's idea of now, to measure clock skew against leases.
 SELECT now() AS now;

@@ -77,6 +77,13 @@ class LedgerReads:
             rows = await self._pool.fetch(self._sql["operation_key_usage"], window)
         return [(row["route"], row["effects"], row["requests"]) for row in rows]
 
+    async def tables_without_autovacuum(self) -> list[str]:
+        """The ledger tables autovacuum never analyzes: for doctor, because a ledger
+        whose statistics never refresh falls to sequential scans as it grows."""
+        async with translated():
+            rows = await self._pool.fetch(self._sql["ledger_tables_without_autovacuum"])
+        return [row["table_name"] for row in rows]
+
     async def get(self, tenant_id: str, effect_id: UUID) -> Effect:
         async with translated():
             row = await self._pool.fetchrow(self._sql["get_effect"], tenant_id, effect_id)
