@@ -381,9 +381,7 @@ WHERE created_at > now() - $1::interval
 GROUP BY route;
 
 -- ledger_tables_without_autovacuum --
--- The ledger's tables autovacuum never analyzes: all of them when the server runs no
--- autovacuum (or keeps no statistics for it), else those whose storage parameters turn
--- it off. Without fresh statistics a growing ledger is planned as if it were empty.
+-- Ledger tables autovacuum skips: all when the server's is off, else tables that opt out.
 SELECT c.relname::text AS table_name
 FROM pg_class c
 WHERE c.oid = ANY (ARRAY['effects', 'effect_attempts', 'effect_receipts',
