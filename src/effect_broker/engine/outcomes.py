@@ -16,7 +16,20 @@ from effect_broker.models import EffectStatus, SafetyClass
 _REFUSED_BEFORE_PROCESSING = frozenset({429})
 # "Try again" answers that may come after partial work; safe to resend only with a key.
 _RETRY_WITH_KEY = frozenset({503})
-_AMBIGUOUS_4XX = frozenset({408})
+# The client errors that are no final refusal: 408 (the target stopped waiting for the
+# request, which may have run by then) and 429 (refused for now, before processing).
+_NOT_FINAL_4XX = frozenset({408, *_REFUSED_BEFORE_PROCESSING})
+
+
+def refused_for_good(status_code: int) -> bool:
+    """Whether an answer is a client error that refuses the request for good.
+
+    The one statement of the retryable and ambiguous statuses: 408 and 429 are client
+    errors that are not final (see ``_NOT_FINAL_4XX``), and no 5xx is ever a refusal
+    one can rely on. Every reading of a target's status (plain HTTP here, an MCP
+    target's HTTP layer) asks this function rather than keeping its own list.
+    """
+    return 400 <= status_code < 500 and status_code not in _NOT_FINAL_4XX
 
 
 def status_after_answer(status_code: int, safety: SafetyClass) -> EffectStatus:
@@ -32,7 +45,7 @@ def status_after_answer(status_code: int, safety: SafetyClass) -> EffectStatus:
         return EffectStatus.RETRYABLE
     if status_code in _RETRY_WITH_KEY and safety is SafetyClass.IDEMPOTENT:
         return EffectStatus.RETRYABLE
-    if 300 <= status_code < 500 and status_code not in _AMBIGUOUS_4XX:
+    if 300 <= status_code < 400 or refused_for_good(status_code):
         # Redirects (not followed) and client errors: refused, replayed as they are.
         return EffectStatus.FAILED_FINAL
     # 408 and 5xx prove nothing either way.

@@ -25,6 +25,7 @@ from enum import StrEnum
 from effect_broker.config.contracts import Contract
 from effect_broker.models import Effect, EffectStatus
 from effect_broker.models import SafetyClass as Safety
+from effect_broker.state_machine import TERMINAL
 
 DEFAULT_RETRY_AFTER = timedelta(seconds=1)
 
@@ -73,7 +74,7 @@ def decide(
 ) -> Decision:
     """The next step for ``effect``; ``owned``: the caller owns its current version."""
     status = effect.status
-    if status in (EffectStatus.SUCCEEDED, EffectStatus.FAILED_FINAL):
+    if status in TERMINAL:
         return Decision(Verdict.REPLAY, f"settled as {status}")
     if status in (
         EffectStatus.PREPARED,
