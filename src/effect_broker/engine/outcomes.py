@@ -10,6 +10,7 @@ from __future__ import annotations
 from datetime import timedelta
 from random import Random
 
+from effect_broker.engine.messages import StoredResponse
 from effect_broker.models import EffectStatus, SafetyClass
 
 # Rate limiting is applied before a request is processed: a 429 proves no commit.
@@ -76,3 +77,30 @@ def next_look_when_unknown(
     if safety is SafetyClass.RECONCILABLE:
         return settlement_bound or backoff(attempts, rng=rng)
     return None
+
+
+def committed_status(status_code: int) -> EffectStatus:
+    """A committed attempt is settled whatever it answered: success, or final as is."""
+    if status_after_answer(status_code, SafetyClass.TRANSACTIONAL) is (
+        EffectStatus.SUCCEEDED
+    ):
+        return EffectStatus.SUCCEEDED
+    return EffectStatus.FAILED_FINAL
+
+
+def gave_up_answer(safety: SafetyClass) -> StoredResponse:
+    """The proxy's own receipt for an effect out of attempts, none of which took
+    effect: final, and said so."""
+    body = (
+        b'{"error": "effect-broker gave up: the target could not be reached on any '
+        b'attempt, so nothing was sent"}'
+    )
+    if safety is SafetyClass.TRANSACTIONAL:
+        body = (
+            b'{"error": "effect-broker gave up: no attempt took effect at the '
+            b"target (each one either never left or was proven never to commit by "
+            b'a tombstone at the target), and the retry limit is spent"}'
+        )
+    return StoredResponse(
+        502, "Bad Gateway", [("Content-Type", "application/json")], body
+    )
