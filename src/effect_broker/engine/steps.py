@@ -3,7 +3,7 @@
 Every step has the same shape, so none of them can decide anything by itself: the
 dispatcher brings evidence back from the target (``dispatch``), ``rulings.rule`` says
 what it proves and where the effect goes, the recorder writes that through the ledger
-port (``recorder``), and ``rulings.outcome_of`` says what the caller is told. The
+port (``recorder``), and ``next_state.outcome_of`` says what the caller is told. The
 steps are an attempt (from its committed start to its recorded answer, a streamed one
 included), a probe, a kit's lookup, and the evidence-only moves ``policy.decide``
 calls for (a lapsed lease, a spent retry limit, manual review) or an operator brings.
@@ -70,7 +70,8 @@ class Steps:
         *,
         actor: str | None = None,
     ) -> tuple[Ruling, Effect]:
-        """Rule on ``evidence`` and write the ruling: the one way an effect moves."""
+        """Rule on ``evidence`` and write the ruling (the start of an attempt, a lease
+        renewal and a reschedule are the recorder's other writes)."""
         ruling = rule(effect, contract, evidence, rng=self._rng)
         return ruling, await self._recorder.write(effect, ruling, actor=actor)
 
