@@ -9,7 +9,7 @@ from effect_broker.engine.engine import Engine, Intent
 from effect_broker.engine.ledger import LedgerReader
 from effect_broker.engine.lookup import Finding, Kit, KitAnswer
 from effect_broker.engine.messages import StoredRequest, StoredResponse
-from effect_broker.engine.outcomes import status_after_answer
+from effect_broker.engine.outcomes import refused_for_good, status_after_answer
 from effect_broker.engine.owners import worker_name
 from effect_broker.engine.probe import ProbeResult, ProbeVerdict, run_probe
 from effect_broker.engine.protocol import COMPLETE, AnswerWatch
@@ -39,6 +39,8 @@ from effect_broker.engine.slots import UpstreamSlots
 from effect_broker.engine.stream import STREAMED_HEADER, Sink, StreamEnd
 from effect_broker.engine.targets import base_url, upstream_url, well_known_origin
 from effect_broker.engine.upstream import (
+    NEVER_CONNECTED,
+    TLS_REFUSED,
     client_session,
     one_try,
     tls_failure,
@@ -52,7 +54,9 @@ __all__ = [
     "COMPLETE",
     "CONSEQUENCES",
     "DEPRECATED_ALIASES",
+    "NEVER_CONNECTED",
     "STREAMED_HEADER",
+    "TLS_REFUSED",
     "AnswerWatch",
     "Answered",
     "Busy",
@@ -87,6 +91,7 @@ __all__ = [
     "open_request",
     "permitted",
     "read_operator_receipt",
+    "refused_for_good",
     "resolution_named",
     "rotate",
     "run_probe",

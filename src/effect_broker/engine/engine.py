@@ -8,6 +8,13 @@ Three adapters use it and none of them touches the ledger itself:
   policy, as their owner;
 * the admin API asks it to ``reconcile_now`` or to apply an operator's ``resolve``.
 
+This module strings the work together; the parts live beside it. ``policy.decide``
+says what to do next with an effect as the ledger has it; ``steps`` does it: the
+dispatcher gathers evidence at the target (``dispatch``), ``rulings.rule`` turns that
+evidence (or a lapsed lease, a spent retry limit, an operator's resolution) into the
+next state, and the recorder writes it through the ``Ledger`` port (``recorder``).
+Lease lengths and send windows come from ``leases``.
+
 Every write is a compare-and-swap on the effect's version. A write that loses the race
 ends the work as ``Busy``: whoever moved the effect first owns it now.
 """
@@ -27,28 +34,29 @@ from effect_broker import failpoints
 from effect_broker.canonical import downstream_key
 from effect_broker.config.contracts import Contract, Route
 from effect_broker.engine import resolution
-from effect_broker.engine.dispatch import Dispatcher, outgoing_request, wire_key
-from effect_broker.engine.fence import SendWindow
+from effect_broker.engine.evidence import Resolved, RetriesSpent
+from effect_broker.engine.leases import Leases
 from effect_broker.engine.messages import StoredRequest
 from effect_broker.engine.policy import DEFAULT_RETRY_AFTER, Verdict, decide
+from effect_broker.engine.recorder import Recorder
 from effect_broker.engine.resolution import ResolutionRequest
 from effect_broker.engine.results import (
     Answered,
     Busy,
     Conflict,
-    NotSent,
     Outcome,
     Replayed,
     Unknowable,
     Unknown,
 )
+from effect_broker.engine.rulings import FENCED_RETRY
 from effect_broker.engine.sealed import open_receipt, open_request, seal_request
 from effect_broker.engine.slots import UpstreamSlots
+from effect_broker.engine.steps import Steps
 from effect_broker.engine.wiring import Wiring
 from effect_broker.errors import (
     StaleVersion,
     StoreError,
-    StoreUnavailable,
 )
 from effect_broker.models import (
     AttemptTerms,
@@ -61,8 +69,6 @@ from effect_broker.models import (
 log = logging.getLogger("effect_broker.engine")
 
 MISCONFIGURED_RETRY = timedelta(minutes=5)
-FENCED_RETRY = timedelta(seconds=1)
-INCONCLUSIVE_RETRY = timedelta(seconds=5)
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,9 +92,10 @@ class Engine:
         self.owner = owner
         self._store = wiring.store
         self._keyring = wiring.keyring
-        self._injected = wiring.injected
         self._routes = {route.name: route for route in wiring.config.routes}
-        self._dispatcher = Dispatcher(wiring, owner=owner)
+        self._leases = Leases(wiring.slots.queue_timeout, wiring.lease_grace)
+        self._recorder = Recorder(wiring, owner=owner)
+        self._steps = Steps(wiring, self._leases, self._recorder)
 
     def with_owner(self, owner: str, *, slots: UpstreamSlots | None = None) -> Engine:
         """The same engine writing under another name (the reconciler's, say), with
@@ -97,7 +104,7 @@ class Engine:
         return Engine(wiring, owner=owner)
 
     def lease_for(self, contract: Contract) -> timedelta:
-        return self._dispatcher.lease_for(contract)
+        return self._leases.lease_for(contract)
 
     # -- the request path ---------------------------------------------------------------
 
@@ -106,7 +113,7 @@ class Engine:
         route, contract = intent.route, intent.route.contract
         effect_id = uuid.uuid4()
         sealed = seal_request(self._keyring, intent.tenant, effect_id, intent.request)
-        window = self._dispatcher.window_for(contract)  # before the lease is asked for
+        window = self._leases.window_for(contract)  # before the lease is asked for
         wait = contract.in_flight_wait if intent.wait is None else intent.wait
         wait_until = time.monotonic() + wait.total_seconds()
         failpoints.hit(failpoints.BEFORE_RESERVE_COMMIT)
@@ -152,7 +159,7 @@ class Engine:
         if effect.status is EffectStatus.DISPATCHING:
             # Reserved and started in one commit: ours to send now.
             return await self._fenced(
-                self._send(effect, route, intent.request, window), effect
+                self._steps.send(effect, route, intent.request, window), effect
             )
         return await self._fenced(
             self._advance(
@@ -175,10 +182,9 @@ class Engine:
         """Move one claimed effect as far as the proof allows."""
         route = self._pinned_route(effect)
         if route is None:
-            effect = await self._store.reschedule(
+            effect = await self._recorder.reschedule(
                 effect,
-                delay=MISCONFIGURED_RETRY,
-                actor=self.owner,
+                MISCONFIGURED_RETRY,
                 error=f"route {effect.route} with contract {effect.contract_name}@"
                 f"{effect.contract_version} is not in the running configuration",
             )
@@ -212,32 +218,16 @@ class Engine:
     async def reconcile_now(self, effect: Effect, *, actor: str) -> Effect:
         """Make the reconciler look at an effect at its next pass, where it can act."""
         resolution.check_reconcilable(effect)
-        return await self._store.reschedule(effect, delay=timedelta(0), actor=actor)
+        return await self._recorder.reschedule(effect, timedelta(0), actor=actor)
 
     async def resolve(
         self, effect: Effect, request: ResolutionRequest, *, actor: str
     ) -> Effect:
         """Apply an operator's resolution; reason and evidence go into the history."""
-        plan = resolution.plan(effect, request)
-        if plan.receipt is None:
-            return await self._store.transition(
-                effect,
-                plan.status,
-                kind=plan.kind,
-                actor=actor,
-                details=plan.details,
-                due_in=timedelta(0),
-            )
-        return await self._dispatcher.record_receipt(
-            effect,
-            plan.status,
-            plan.receipt,
-            source=plan.source,
-            external_id=request.external_id,
-            actor=actor,
-            kind=plan.kind,
-            details=plan.details,
+        _, resolved = await self._steps.apply(
+            effect, None, Resolved(request), actor=actor
         )
+        return resolved
 
     # -- carrying out the policy --------------------------------------------------------
 
@@ -299,114 +289,42 @@ class Engine:
                     effect = await self._release(effect, None)
                 outcome = Unknown(effect, Unknowable.AWAITING_OPERATOR, reason)
             elif verdict is Verdict.REVIEW:
-                effect = await self._to_review(effect, reason)
-                outcome = Unknown(effect, Unknowable.AWAITING_OPERATOR, reason)
+                effect, outcome = await self._steps.to_review(effect, contract, reason)
             elif verdict is Verdict.GIVE_UP:
-                effect, owned = await self._dispatcher.give_up(effect), True
+                _, effect = await self._steps.apply(effect, contract, RetriesSpent())
+                owned = True
                 continue
             elif verdict is Verdict.EXPIRE_LEASE:
-                effect, owned = await self._take_over(effect, contract), True
+                effect, owned = await self._steps.take_over(effect, contract), True
                 continue
-            elif verdict is Verdict.PROBE:
-                probed = await self._dispatcher.probe(
+            elif verdict in (Verdict.PROBE, Verdict.LOOKUP):
+                # A probe (reconcilable) or the kit's lookup (transactional).
+                step = await self._steps.ask(
                     effect,
                     route,
                     stored_url=(request or open_request(self._keyring, effect)).url,
-                    injected=self._injected,
                 )
-                effect, owned = probed.effect, True
-                upstream_seconds += probed.elapsed
-                if effect.status in (EffectStatus.SUCCEEDED, EffectStatus.PREPARED):
-                    continue
-                outcome = Unknown(
-                    effect,
-                    Unknowable.LOOKUP_INCONCLUSIVE,
-                    "the target's lookup could not say whether this effect happened",
-                    INCONCLUSIVE_RETRY,
-                )
-            elif verdict is Verdict.LOOKUP:
-                looked = await self._dispatcher.look_up(
-                    effect,
-                    route,
-                    stored_url=(request or open_request(self._keyring, effect)).url,
-                    injected=self._injected,
-                )
-                effect, owned = looked.effect, True
-                upstream_seconds += looked.elapsed
-                if effect.status is not EffectStatus.OUTCOME_UNKNOWN:
-                    continue  # settled (replay it), or proven absent (the limit decides)
-                outcome = Unknown(
-                    effect,
-                    Unknowable.LOOKUP_INCONCLUSIVE,
-                    f"the target's kit could not say whether attempt {effect.attempts} "
-                    f"committed ({effect.last_error})",
-                    INCONCLUSIVE_RETRY,
-                )
+                effect, owned = step.effect, True
+                upstream_seconds += step.elapsed
+                if step.outcome is None:
+                    continue  # settled (replay it), requeued, or proven absent
+                outcome = step.outcome
             else:
                 after_unknown = effect.status is EffectStatus.OUTCOME_UNKNOWN
-                window = self._dispatcher.window_for(contract)  # before the lease
-                effect = await self._dispatcher.start(effect, contract)
-                outcome = await self._send(
-                    effect, route, request, window, after_unknown=after_unknown
+                window = self._leases.window_for(contract)  # before the lease
+                effect = await self._recorder.start(
+                    effect, contract, self.lease_for(contract)
+                )
+                outcome = await self._steps.send(
+                    effect,
+                    route,
+                    request or open_request(self._keyring, effect),
+                    window,
+                    after_unknown=after_unknown,
                 )
             return dataclasses.replace(
                 outcome, upstream_seconds=outcome.upstream_seconds + upstream_seconds
             )
-
-    async def _send(
-        self,
-        effect: Effect,
-        route: Route,
-        request: StoredRequest | None,
-        window: SendWindow,
-        *,
-        after_unknown: bool = False,
-    ) -> Outcome:
-        """Send an effect this engine holds in DISPATCHING (attempt and lease committed;
-        ``window`` taken before the lease was asked for).
-
-        From here on bytes may reach the target: if the ledger cannot record the answer,
-        the outcome is unknown, never "nothing was sent".
-        """
-        outgoing = outgoing_request(
-            route,
-            request or open_request(self._keyring, effect),
-            wire_key(effect),
-            self._injected,
-            self.wiring.protocols.get(route.name),
-        )
-        try:
-            dispatched = await self._dispatcher.send_started(
-                effect, route.contract, outgoing, window, after_unknown=after_unknown
-            )
-        except (StoreUnavailable, StoreError) as exc:
-            log.warning("effect %s: sent, answer not recorded: %s", effect.effect_id, exc)
-            return Unknown(
-                effect,
-                Unknowable.LOST,
-                f"the request was sent, but the ledger could not record the answer "
-                f"({exc.message}); the reconciler settles it once the database is back",
-            )
-        settled, attempt = dispatched.effect, dispatched.attempt
-        elapsed = attempt.elapsed
-        if settled.status is EffectStatus.RETRYABLE and attempt.response is None:
-            return NotSent(
-                settled,
-                attempt.detail,
-                FENCED_RETRY,
-                saturated=attempt.saturated,
-                tls=attempt.tls,
-                withheld=attempt.withheld,
-                upstream_seconds=elapsed,
-            )
-        if settled.status is EffectStatus.OUTCOME_UNKNOWN:
-            attempt.release()
-            why = Unknowable.TIMED_OUT if attempt.timed_out else Unknowable.LOST
-            detail = attempt.detail or (
-                f"target answered {attempt.response.status}" if attempt.response else ""
-            )
-            return Unknown(settled, why, detail, upstream_seconds=elapsed)
-        return Answered(settled, attempt, upstream_seconds=elapsed)
 
     async def _fenced(self, work: Awaitable[Outcome], effect: Effect) -> Outcome:
         """Run ``work``; losing a compare-and-swap means someone else owns the effect.
@@ -429,43 +347,9 @@ class Engine:
         margin = self.lease_for(contract) - contract.timeout
         return max(DEFAULT_RETRY_AFTER, lease_left - margin)
 
-    async def _take_over(self, effect: Effect, contract: Contract) -> Effect:
-        """Its holder died mid-flight: the outcome is unknown, and now it is ours."""
-        log.warning(
-            "effect %s on %s: holder %s died while it was %s; outcome unknown",
-            effect.effect_id,
-            effect.route,
-            effect.lease_owner,
-            effect.status,
-        )
-        return await self._store.transition(
-            effect,
-            EffectStatus.OUTCOME_UNKNOWN,
-            kind="lease_expired",
-            actor=self.owner,
-            error=f"the worker holding it stopped while it was {effect.status}",
-            # Keep it leased to us: if this process dies next, the reconciler still
-            # finds it once the lease runs out, never stranded with nothing due.
-            lease_owner=self.owner,
-            lease=self.lease_for(contract),
-            settle_within=contract.settlement_bound,
-        )
-
-    async def _to_review(self, effect: Effect, why: str) -> Effect:
-        log.warning(
-            "effect %s on %s: manual review (%s)", effect.effect_id, effect.route, why
-        )
-        return await self._store.transition(
-            effect,
-            EffectStatus.MANUAL_REVIEW,
-            kind="manual_review",
-            actor=self.owner,
-            error=why,
-        )
-
     async def _release(self, effect: Effect, delay: timedelta | None) -> Effect:
         """Let go of an owned effect; ``delay=None``: due for nobody but a person."""
-        return await self._store.reschedule(effect, delay=delay, actor=self.owner)
+        return await self._recorder.reschedule(effect, delay)
 
     def _pinned_route(self, effect: Effect) -> Route | None:
         route = self._routes.get(effect.route)

@@ -10,13 +10,27 @@ from __future__ import annotations
 from datetime import timedelta
 from random import Random
 
+from effect_broker.engine.messages import StoredResponse
 from effect_broker.models import EffectStatus, SafetyClass
 
 # Rate limiting is applied before a request is processed: a 429 proves no commit.
 _REFUSED_BEFORE_PROCESSING = frozenset({429})
 # "Try again" answers that may come after partial work; safe to resend only with a key.
 _RETRY_WITH_KEY = frozenset({503})
-_AMBIGUOUS_4XX = frozenset({408})
+# The client errors that are no final refusal: 408 (the target stopped waiting for the
+# request, which may have run by then) and 429 (refused for now, before processing).
+_NOT_FINAL_4XX = frozenset({408, *_REFUSED_BEFORE_PROCESSING})
+
+
+def refused_for_good(status_code: int) -> bool:
+    """Whether an answer is a client error that refuses the request for good.
+
+    The one statement of the retryable and ambiguous statuses: 408 and 429 are client
+    errors that are not final (see ``_NOT_FINAL_4XX``), and no 5xx is ever a refusal
+    one can rely on. Every reading of a target's status (plain HTTP here, an MCP
+    target's HTTP layer) asks this function rather than keeping its own list.
+    """
+    return 400 <= status_code < 500 and status_code not in _NOT_FINAL_4XX
 
 
 def status_after_answer(status_code: int, safety: SafetyClass) -> EffectStatus:
@@ -32,7 +46,7 @@ def status_after_answer(status_code: int, safety: SafetyClass) -> EffectStatus:
         return EffectStatus.RETRYABLE
     if status_code in _RETRY_WITH_KEY and safety is SafetyClass.IDEMPOTENT:
         return EffectStatus.RETRYABLE
-    if 300 <= status_code < 500 and status_code not in _AMBIGUOUS_4XX:
+    if 300 <= status_code < 400 or refused_for_good(status_code):
         # Redirects (not followed) and client errors: refused, replayed as they are.
         return EffectStatus.FAILED_FINAL
     # 408 and 5xx prove nothing either way.
@@ -63,3 +77,30 @@ def next_look_when_unknown(
     if safety is SafetyClass.RECONCILABLE:
         return settlement_bound or backoff(attempts, rng=rng)
     return None
+
+
+def committed_status(status_code: int) -> EffectStatus:
+    """A committed attempt is settled whatever it answered: success, or final as is."""
+    if status_after_answer(status_code, SafetyClass.TRANSACTIONAL) is (
+        EffectStatus.SUCCEEDED
+    ):
+        return EffectStatus.SUCCEEDED
+    return EffectStatus.FAILED_FINAL
+
+
+def gave_up_answer(safety: SafetyClass) -> StoredResponse:
+    """The proxy's own receipt for an effect out of attempts, none of which took
+    effect: final, and said so."""
+    body = (
+        b'{"error": "effect-broker gave up: the target could not be reached on any '
+        b'attempt, so nothing was sent"}'
+    )
+    if safety is SafetyClass.TRANSACTIONAL:
+        body = (
+            b'{"error": "effect-broker gave up: no attempt took effect at the '
+            b"target (each one either never left or was proven never to commit by "
+            b'a tombstone at the target), and the retry limit is spent"}'
+        )
+    return StoredResponse(
+        502, "Bad Gateway", [("Content-Type", "application/json")], body
+    )

@@ -23,8 +23,10 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 
 from effect_broker.config.contracts import Contract
+from effect_broker.engine.upstream import AttemptResult
 from effect_broker.models import Effect, EffectStatus
 from effect_broker.models import SafetyClass as Safety
+from effect_broker.state_machine import TERMINAL
 
 DEFAULT_RETRY_AFTER = timedelta(seconds=1)
 
@@ -40,6 +42,22 @@ def failed_inside_the_proxy(effect: Effect) -> bool:
     return effect.status is EffectStatus.RETRYABLE and (
         effect.last_error or ""
     ).startswith(INSIDE_THE_PROXY)
+
+
+def not_sent_inside_the_proxy(attempt: AttemptResult) -> str | None:
+    """Why a not-sent attempt failed inside the proxy (None: at or near the target).
+
+    These say nothing about the target: its certificate failed the proxy's own trust
+    (fixed by configuration), no pooled connection was free, or the send fence withheld
+    the first byte. None may spend the effect's retry limit.
+    """
+    if attempt.tls:
+        return "upstream_tls"
+    if attempt.saturated:
+        return "pool_exhausted"
+    if attempt.withheld:
+        return "send_withheld"
+    return None
 
 
 class Verdict(StrEnum):
@@ -73,7 +91,7 @@ def decide(
 ) -> Decision:
     """The next step for ``effect``; ``owned``: the caller owns its current version."""
     status = effect.status
-    if status in (EffectStatus.SUCCEEDED, EffectStatus.FAILED_FINAL):
+    if status in TERMINAL:
         return Decision(Verdict.REPLAY, f"settled as {status}")
     if status in (
         EffectStatus.PREPARED,

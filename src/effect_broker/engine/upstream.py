@@ -39,6 +39,21 @@ from effect_broker.engine.stream import RecordedStream, streams_live
 from effect_broker.headers import Headers, response_headers
 from effect_broker.tracing import tracer, untraced, with_current_context
 
+# The one statement of "proved not sent": aiohttp raises these only before a byte of
+# the request could leave (no connection was ever made), so what raised them may be
+# tried again under any contract. ``TLS_REFUSED`` is the part of it where the handshake
+# failed the proxy's own verification: a matter of configuration, not of the target.
+# Every sender (the engine's attempts, the pass-through, MCP's forwarding) catches
+# these names rather than listing the classes again.
+TLS_REFUSED: tuple[type[aiohttp.ClientConnectorError], ...] = (
+    aiohttp.ClientConnectorCertificateError,
+    aiohttp.ClientConnectorSSLError,
+)
+NEVER_CONNECTED: tuple[type[aiohttp.ClientError], ...] = (
+    aiohttp.ClientConnectorError,
+    aiohttp.ConnectionTimeoutError,
+)
+
 
 class Delivery(StrEnum):
     ANSWERED = "answered"  # the target sent a complete response
@@ -282,10 +297,7 @@ async def _send(
                 response.close()  # the rest is never read: not reusable
             elif not overflow:
                 response.release()
-    except (
-        aiohttp.ClientConnectorCertificateError,
-        aiohttp.ClientConnectorSSLError,
-    ) as exc:
+    except TLS_REFUSED as exc:
         # The handshake failed, so not one byte of the request left: not sent.
         return AttemptResult(
             Delivery.NOT_SENT,
@@ -293,7 +305,7 @@ async def _send(
             elapsed=time.perf_counter() - started,
             tls=True,
         )
-    except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError) as exc:
+    except NEVER_CONNECTED as exc:
         return AttemptResult(
             Delivery.NOT_SENT,
             detail=f"could not connect: {exc}",

@@ -30,6 +30,7 @@ from effect_broker.engine import (
     AnswerWatch,
     StoredRequest,
     StoredResponse,
+    refused_for_good,
     status_after_answer,
 )
 from effect_broker.mcp.jsonrpc import (
@@ -71,7 +72,7 @@ class McpProtocol:
     ) -> EffectStatus:
         first = effect.attempts <= 1
         if not 200 <= response.status < 300:
-            if 400 <= response.status < 500 and response.status not in (408, 429):
+            if refused_for_good(response.status):
                 return self._not_run(effect, contract, first)
             return status_after_answer(response.status, effect.safety)
         answer = find_response(content_type(response), response.body)

@@ -29,7 +29,7 @@ from effect_broker.models import (
     Reservation,
     SafetyClass,
 )
-from effect_broker.state_machine import check_transition
+from effect_broker.state_machine import TERMINAL, check_transition
 from effect_broker.store.coalesced import CoalescedWrites
 from effect_broker.store.dsn import ledger_endpoints
 from effect_broker.store.keys import LedgerKeys
@@ -44,8 +44,6 @@ from effect_broker.store.write_requests import (
     ReserveRequest,
     StartRequest,
 )
-
-_SETTLED = frozenset({EffectStatus.SUCCEEDED, EffectStatus.FAILED_FINAL})
 
 
 async def _keep_session(conn: asyncpg.Connection) -> None:
@@ -257,7 +255,7 @@ class Store(CoalescedWrites, LedgerReads, LedgerKeys, RunningCalls):
         ``settle_within`` restarts the settlement clock: a lookup is conclusive only
         that long after the moment the outcome was lost.
         """
-        if to in _SETTLED:
+        if to in TERMINAL:
             raise ValueError("settling an effect stores a receipt: use record_receipt")
         if to is EffectStatus.DISPATCHING:
             raise ValueError("dispatching records an attempt: use start_attempt")
@@ -329,7 +327,7 @@ class Store(CoalescedWrites, LedgerReads, LedgerKeys, RunningCalls):
         details: Mapping[str, Any] | None = None,
     ) -> tuple[Effect, Receipt]:
         """Settle the effect and store its immutable receipt in the same transaction."""
-        if status not in _SETTLED:
+        if status not in TERMINAL:
             raise ValueError(f"a receipt settles an effect; {status} is not settled")
         check_transition(effect.status, status, effect.safety)
         request = ReceiptRequest(
