@@ -94,6 +94,7 @@ class Options:
     size_effects: int
     reconcile_effects: int
     stream_samples: int
+    stream_memory: int
     generator: str
     database_url: str | None
     pg_overrides: dict[str, str]
@@ -201,6 +202,12 @@ def parse_args(argv: Sequence[str] | None) -> Options:
         help="requests of each kind (direct, new effect, replay) timed to their first "
         "byte of an SSE stream (default 100, quick 20; 0 skips)",
     )
+    parser.add_argument(
+        "--stream-memory",
+        type=int,
+        help="recorded 1 MiB streams run at once while effect-broker's RSS is sampled "
+        "(default 200, quick 50; 0 skips)",
+    )
     parser.add_argument("--generator", choices=["auto", "wrk", "python"], default="auto")
     parser.add_argument(
         "--database-url",
@@ -256,6 +263,7 @@ def parse_args(argv: Sequence[str] | None) -> Options:
         size_effects=_given(args.size_effects, 500 if quick else 2000),
         reconcile_effects=_given(args.reconcile_effects, 50 if quick else 500),
         stream_samples=_given(args.stream_samples, 20 if quick else 100),
+        stream_memory=_given(args.stream_memory, 50 if quick else 200),
         generator=args.generator,
         database_url=args.database_url,
         pg_overrides=overrides,
@@ -520,7 +528,11 @@ def run(options: Options) -> dict[str, Any]:
                 "direct, new effect and replay"
             )
             stream_ttfb = streams.measure(
-                postgres, workdir, options.stream_samples, options.broker_command
+                postgres,
+                workdir,
+                options.stream_samples,
+                options.broker_command,
+                memory_streams=options.stream_memory,
             )
         return report.build(
             machine=info,

@@ -33,6 +33,12 @@ GOALS: tuple[tuple[str, str, str, float], ...] = (
     ("rss_growth_pct", "RSS growth across the effects", "<", 20.0),
     ("ledger_size_ratio", "new effect p50 at c=1, full / empty ledger", "<=", 1.3),
     ("stream_added_ttfb_ms", "recorded SSE stream TTFB - direct TTFB, ms", "<=", 3.0),
+    (
+        "stream_rss_growth_pct",
+        "RSS while recorded 1 MiB streams run at once, ¼ of the bytes → all",
+        "<=",
+        10.0,
+    ),
 )
 _RATIOS = {  # ratio key -> configuration compared with the bare proxy
     "new_vs_bare": "new",
@@ -140,6 +146,11 @@ def build(
         "rss_growth_pct": rss["growth_pct"] if rss else None,
         "ledger_size_ratio": size["p50_ratio"] if size else None,
         "stream_added_ttfb_ms": streams["added_ms"] if streams else None,
+        "stream_rss_growth_pct": (
+            streams["memory"]["growth_quarter_to_all_pct"]
+            if streams and streams.get("memory")
+            else None
+        ),
     }
     goals = {
         key: {
@@ -275,6 +286,17 @@ def goals_table(report: Mapping[str, Any]) -> str:
                 else "not measured"
             )
             wanted = f"{_SYMBOL[comparison]} {target:g} ms"
+        elif key == "stream_rss_growth_pct":
+            memory = (report.get("streams") or {}).get("memory")
+            label = what
+            shown = (
+                f"{value:+.1f} % ({memory['streams']} streams, "
+                f"{memory['rss_at_kib']['0.25'] / 1024:.1f} → "
+                f"{memory['rss_at_kib']['1.0'] / 1024:.1f} MiB)"
+                if memory and value is not None
+                else "not measured"
+            )
+            wanted = f"{_SYMBOL[comparison]} {target:g} %"
         elif key == "added_p50_ms_c1":
             label = what
             shown = "-" if value is None else f"{value:+.2f} ms"
@@ -335,13 +357,66 @@ def streams_table(report: Mapping[str, Any]) -> str | None:
         ]
         for kind in ("direct", "new", "replay")
     ]
+    if "commit_p50_ms" in found:
+        rows.append(
+            [
+                "one durable commit (one-row insert)",
+                _num(found["commit_p50_ms"], ".2f"),
+                "",
+                "",
+            ]
+        )
     headers = [
         f"SSE stream, {found['events']} events ({found['samples']} each)",
         "TTFB p50 ms",
         "vs direct",
         "added ms",
     ]
-    return table(headers, rows, "lrrr")
+    parts = [table(headers, rows, "lrrr")]
+    runs = [found[key] for key in ("memory", "memory_whole") if found.get(key)]
+    if runs:
+        first = runs[0]
+        parts += [
+            "",
+            table(
+                [
+                    f"{first['streams']} recorded streams of "
+                    f"{first['bytes_each'] // 1024:,} KiB at once, RSS MiB",
+                    "idle",
+                    "¼ bytes",
+                    "½",
+                    "¾",
+                    "all",
+                    "peak",
+                    "after",
+                    "peak growth per stream",
+                ],
+                [_memory_row(memory) for memory in runs],
+                "lrrrrrrrr",
+            ),
+        ]
+    return "\n".join(parts)
+
+
+def _memory_row(memory: Mapping[str, Any]) -> list[str]:
+    at = memory["rss_at_kib"]
+    limit = memory["receipt_max_bytes"] // 1024
+    return [
+        f"receipt max {limit:,} KiB, {memory['seconds']:.1f} s",
+        *(
+            _num(value / 1024, ".1f")
+            for value in (
+                memory["rss_idle_kib"],
+                at["0.25"],
+                at["0.5"],
+                at["0.75"],
+                at["1.0"],
+                memory["rss_peak_kib"],
+                memory["rss_after_kib"],
+            )
+        ),
+        f"{memory['peak_growth_per_stream_kib']:,.0f} KiB",
+    ]
 
 
 def reconcile_table(report: Mapping[str, Any]) -> str | None:

@@ -138,6 +138,16 @@ class AttemptTerms:
 
 
 @dataclass(frozen=True, slots=True)
+class AwaitedState:
+    """What a waiting duplicate needs to know of an effect in flight, as one poll read
+    it: its version (any write moves it), and whether its lease had run out by the
+    database's clock at the read (its holder died: nobody will move it unless asked)."""
+
+    version: int
+    lease_expired: bool
+
+
+@dataclass(frozen=True, slots=True)
 class EffectFilter:
     """What an operator may narrow a listing by; every field is optional."""
 

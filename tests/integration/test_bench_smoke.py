@@ -1,7 +1,8 @@
 """The bench harness end to end in its smallest mode: every configuration once, at
 concurrency 1, 200 requests each, reconciliation latency with 3 lost effects per
-safety class, and a recorded SSE stream's time to first byte from 5 requests of each
-kind, against the test PostgreSQL server.
+safety class, a recorded SSE stream's time to first byte from 5 requests of each
+kind, and RSS while 8 recorded 1 MiB streams run at once, against the test PostgreSQL
+server.
 
 Shape only: the speed goals are benchmarks (``python bench/run.py``), never timed tests.
 """
@@ -57,6 +58,8 @@ def test_bench_runs_every_configuration_and_writes_results(
             "3",
             "--stream-samples",
             "5",
+            "--stream-memory",
+            "8",
             "--output",
             str(output),
         ],
@@ -103,6 +106,7 @@ def test_bench_runs_every_configuration_and_writes_results(
         "rss_growth_pct",
         "ledger_size_ratio",
         "stream_added_ttfb_ms",
+        "stream_rss_growth_pct",
     }
     scale = results["scale"]
     assert set(scale["commits"]) == {"1/1", "1/64", "2/1", "2/64"}
@@ -134,6 +138,15 @@ def test_bench_runs_every_configuration_and_writes_results(
     for kind in ("direct", "new", "replay"):
         assert _positive(streams["ttfb_p50_ms"][kind]), (kind, streams)
     assert _positive(streams["new_vs_direct"]) and _positive(streams["replay_vs_direct"])
+    assert _positive(streams["commit_p50_ms"])
+    # Memory: every stream came back whole (the bench checks it), RSS sampled at each
+    # quarter of the bytes, under the 64 KiB receipt limit and the default one.
+    for key, limit in (("memory", 64 * 1024), ("memory_whole", 10 * 1024 * 1024)):
+        memory = streams[key]
+        assert memory["streams"] == 8 and memory["receipt_max_bytes"] == limit, memory
+        assert set(memory["rss_at_kib"]) == {"0.25", "0.5", "0.75", "1.0"}, memory
+        assert all(_positive(v) for v in memory["rss_at_kib"].values()), memory
+    assert "recorded streams of 1,024 KiB at once" in completed.stdout
     assert "effect-broker, replay" in completed.stdout
     # The table a person reads names every configuration and every goal.
     assert "effect-broker, new keys" in completed.stdout

@@ -17,6 +17,7 @@ from uuid import UUID
 from effect_broker.models import (
     Attempt,
     AttemptTerms,
+    AwaitedState,
     EarlierEffect,
     Effect,
     EffectEvent,
@@ -118,7 +119,7 @@ class Ledger(Protocol):
 
     async def effect_versions(
         self, keys: list[tuple[str, UUID]]
-    ) -> tuple[datetime, dict[UUID, int]]: ...
+    ) -> tuple[datetime, dict[UUID, AwaitedState]]: ...
 
 
 class LedgerReader(Protocol):

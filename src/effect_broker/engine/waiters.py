@@ -14,6 +14,14 @@ wakes for nothing re-reads the row and decides again; one that is never woken an
   process reads the versions of every awaited effect in one statement every
   ``interval`` while anyone waits, and nothing when nobody does. A waiting request holds
   no pool connection: only the poller does, for one short read per tick.
+
+The same read says whether the awaited effect's lease has run out (on the database's
+clock, the one takeovers are decided on). A holder that died never writes again, so
+without that a duplicate would wait out its whole wait for a move that cannot come.
+Once the lease is out, one waiter per process is woken to decide again: it takes the
+effect over by its class's rules (resend, look up) or answers at once (unknown); the
+others wait on, and wake when that waiter's work on the effect ends. Waking them all
+would only make them race for one compare-and-swap.
 """
 
 from __future__ import annotations
@@ -26,13 +34,14 @@ from datetime import datetime
 from uuid import UUID
 
 from effect_broker.errors import StoreError, StoreUnavailable
-from effect_broker.models import Effect
+from effect_broker.models import AwaitedState, Effect
 
 log = logging.getLogger("effect_broker.engine")
 
-# The versions of the awaited (tenant, effect) pairs, and the database's time of the read.
+# The versions (and lease) of the awaited (tenant, effect) pairs, and the database's
+# time of the read.
 ReadVersions = Callable[
-    [list[tuple[str, UUID]]], Awaitable[tuple[datetime, dict[UUID, int]]]
+    [list[tuple[str, UUID]]], Awaitable[tuple[datetime, dict[UUID, AwaitedState]]]
 ]
 POLL_INTERVAL = 0.025
 
@@ -50,6 +59,8 @@ class _Awaited:
     tenant: str
     version: int
     futures: list[asyncio.Future[Moved]] = field(default_factory=list)
+    # The lease ran out at this version and one waiter was woken to take it over.
+    taken_up: bool = False
 
 
 class Waiters:
@@ -129,5 +140,20 @@ class Waiters:
                 log.debug("waiters: could not read versions: %s", exc)
                 continue
             for effect_id, awaited in list(self._awaited.items()):
-                if versions.get(effect_id, awaited.version) != awaited.version:
+                state = versions.get(effect_id)
+                if state is None:
+                    continue  # pruned or never there: the deadline answers
+                if state.version != awaited.version:
                     self._resolve(effect_id, Moved(observed_at))
+                elif state.lease_expired and not awaited.taken_up:
+                    self._wake_one(awaited, Moved(observed_at))
+
+    @staticmethod
+    def _wake_one(awaited: _Awaited, moved: Moved) -> None:
+        """Wake the longest-waiting request on an effect whose holder died; the rest
+        stay until its work ends (``notify``) or the version moves."""
+        for future in awaited.futures:
+            if not future.done():
+                future.set_result(moved)
+                awaited.taken_up = True
+                return

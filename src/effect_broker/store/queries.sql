@@ -271,8 +271,9 @@ RETURNING e.route;
 SELECT * FROM effects WHERE tenant_id = $1 AND effect_id = $2;
 
 -- effect_versions --
--- The versions of the effects duplicates wait on, and the database's time of the read.
-SELECT now() AS observed_at, e.effect_id, e.version
+-- Awaited effects' versions, whether their leases ran out, and the database's time.
+SELECT now() AS observed_at, e.effect_id, e.version,
+       coalesce(e.lease_expires_at <= now(), false) AS lease_expired
 FROM unnest($1::text[], $2::uuid[]) AS w (tenant_id, effect_id)
 JOIN effects AS e ON e.tenant_id = w.tenant_id AND e.effect_id = w.effect_id;
 

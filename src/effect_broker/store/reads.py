@@ -14,6 +14,7 @@ import asyncpg
 from effect_broker.errors import EffectNotFound
 from effect_broker.models import (
     Attempt,
+    AwaitedState,
     EarlierEffect,
     Effect,
     EffectEvent,
@@ -93,9 +94,10 @@ class LedgerReads:
 
     async def effect_versions(
         self, keys: list[tuple[str, UUID]]
-    ) -> tuple[datetime, dict[UUID, int]]:
-        """The current version of each (tenant, effect) given, and the database's time
-        of the read: what waiting duplicates poll for."""
+    ) -> tuple[datetime, dict[UUID, AwaitedState]]:
+        """The current version of each (tenant, effect) given, whether its lease has
+        run out, and the database's time of the read: what waiting duplicates poll
+        for."""
         tenants = [tenant for tenant, _ in keys]
         ids = [effect_id for _, effect_id in keys]
         async with translated():
@@ -103,7 +105,10 @@ class LedgerReads:
             if not rows:
                 now: datetime = await self._pool.fetchval(self._sql["clock"])
                 return now, {}
-        return rows[0]["observed_at"], {row["effect_id"]: row["version"] for row in rows}
+        return rows[0]["observed_at"], {
+            row["effect_id"]: AwaitedState(row["version"], row["lease_expired"])
+            for row in rows
+        }
 
     async def get_by_key(self, tenant_id: str, operation_key: str) -> Effect | None:
         async with translated():
