@@ -197,7 +197,7 @@ SELECT e.status,
        array_agg(v.to_status ORDER BY v.seq) AS statuses,
        array_agg(v.occurred_at ORDER BY v.seq) AS times
 FROM effects e
-JOIN effect_events v USING (effect_id)
+JOIN effect_events v USING (tenant_id, effect_id)
 WHERE e.route = $1 AND e.operation_key = ANY($2::text[])
 GROUP BY e.effect_id
 """

@@ -277,6 +277,7 @@ class Store(CoalescedWrites, LedgerReads, LedgerKeys, RunningCalls):
             error,
             dict(details or {}),
             settle_within,
+            effect.tenant_id,
         )
 
     async def reschedule(
@@ -300,6 +301,7 @@ class Store(CoalescedWrites, LedgerReads, LedgerKeys, RunningCalls):
             delay,
             actor,
             error,
+            effect.tenant_id,
         )
 
     async def renew_lease(
@@ -312,7 +314,13 @@ class Store(CoalescedWrites, LedgerReads, LedgerKeys, RunningCalls):
         this commit. ``StaleVersion`` when someone else moved it first.
         """
         return await self._write_one(
-            "renew_lease", effect, effect.effect_id, effect.version, owner, lease
+            "renew_lease",
+            effect,
+            effect.effect_id,
+            effect.version,
+            owner,
+            lease,
+            effect.tenant_id,
         )
 
     async def record_receipt(
