@@ -13,18 +13,21 @@ FROM reserve_effect(
 -- start_attempt --
 -- Move to DISPATCHING, count the attempt, take the lease and stamp deadlines.
 WITH clock AS (
-    SELECT now() AS at  -- the time, read once: no function call inside coalesce
+    -- Every time the write stamps, computed first: the UPDATE calls no function, so a
+    -- distributed engine can evaluate these once and route the row's write as it is.
+    SELECT now() AS at, now() + $4::interval AS lease_end,
+           now() + $5::interval AS retention_end, now() + $6::interval AS settle_end
 ), moved AS (
     UPDATE effects AS e SET
         status = 'dispatching',
         version = e.version + 1,
         attempts = e.attempts + 1,
         lease_owner = $3,
-        lease_expires_at = clock.at + $4::interval,
-        due_at = clock.at + $4::interval,
+        lease_expires_at = clock.lease_end,
+        due_at = clock.lease_end,
         first_dispatched_at = coalesce(e.first_dispatched_at, clock.at),
-        retention_deadline = coalesce(e.retention_deadline, clock.at + $5::interval),
-        settlement_deadline = clock.at + $6::interval,
+        retention_deadline = coalesce(e.retention_deadline, clock.retention_end),
+        settlement_deadline = clock.settle_end,
         last_error = NULL,
         updated_at = clock.at
     FROM clock
@@ -52,27 +55,28 @@ FROM reserve_effects(
 -- start_attempt_batch --
 -- start_attempt for many effects at once; an effect fenced by its version is missing.
 WITH v AS (
-    SELECT * FROM unnest(
+    -- Every time the write stamps, computed per request first (see start_attempt).
+    SELECT v.*, now() AS at, now() + v.lease AS lease_end,
+           now() + v.key_retention AS retention_end, now() + v.settlement AS settle_end
+    FROM unnest(
         $1::uuid[], $2::bigint[], $3::text[], $4::interval[], $5::interval[],
         $6::interval[], $7::text[], $8::text[]
     ) WITH ORDINALITY AS v (effect_id, version, owner, lease, key_retention, settlement,
                             from_status, tenant_id, ord)
-), clock AS (
-    SELECT now() AS at  -- the time, read once: no function call inside coalesce
 ), moved AS (
     UPDATE effects AS e SET
         status = 'dispatching',
         version = e.version + 1,
         attempts = e.attempts + 1,
         lease_owner = v.owner,
-        lease_expires_at = clock.at + v.lease,
-        due_at = clock.at + v.lease,
-        first_dispatched_at = coalesce(e.first_dispatched_at, clock.at),
-        retention_deadline = coalesce(e.retention_deadline, clock.at + v.key_retention),
-        settlement_deadline = clock.at + v.settlement,
+        lease_expires_at = v.lease_end,
+        due_at = v.lease_end,
+        first_dispatched_at = coalesce(e.first_dispatched_at, v.at),
+        retention_deadline = coalesce(e.retention_deadline, v.retention_end),
+        settlement_deadline = v.settle_end,
         last_error = NULL,
-        updated_at = clock.at
-    FROM v, clock
+        updated_at = v.at
+    FROM v
     WHERE e.tenant_id = v.tenant_id AND e.effect_id = v.effect_id
       AND e.version = v.version AND e.status = v.from_status
     RETURNING e.tenant_id, e.effect_id, e.version, e.attempts, e.lease_owner,
@@ -141,15 +145,18 @@ FROM moved;
 -- transition --
 -- Compare-and-swap to a new status; set or drop the lease and the next wake-up time.
 WITH clock AS (
-    SELECT now() AS at  -- the time, read once: no function call inside coalesce
+    -- Every time the write stamps, computed first (see start_attempt).
+    SELECT now() AS at, now() + $8::interval AS lease_end,
+           coalesce(now() + $8::interval, now() + $9::interval) AS due,
+           now() + $12::interval AS settle_end
 ), moved AS (
     UPDATE effects AS e SET
         status = $4,
         version = e.version + 1,
         lease_owner = $7,
-        lease_expires_at = clock.at + $8::interval,
-        due_at = coalesce(clock.at + $8::interval, clock.at + $9::interval),
-        settlement_deadline = coalesce(clock.at + $12::interval, e.settlement_deadline),
+        lease_expires_at = clock.lease_end,
+        due_at = clock.due,
+        settlement_deadline = coalesce(clock.settle_end, e.settlement_deadline),
         last_error = $10,
         updated_at = clock.at
     FROM clock
