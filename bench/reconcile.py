@@ -199,7 +199,7 @@ SELECT e.status,
 FROM effects e
 JOIN effect_events v USING (tenant_id, effect_id)
 WHERE e.route = $1 AND e.operation_key = ANY($2::text[])
-GROUP BY e.effect_id
+GROUP BY e.tenant_id, e.effect_id
 """
 STATUSES = """
 SELECT status, count(*) AS n FROM effects
