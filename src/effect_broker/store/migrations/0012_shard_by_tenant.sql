@@ -57,10 +57,10 @@ ALTER TABLE effect_events ADD CONSTRAINT effect_events_effect_fkey
     FOREIGN KEY (tenant_id, effect_id) REFERENCES effects (tenant_id, effect_id)
     ON DELETE CASCADE;
 
--- The reconciler's wake-up index, per tenant: a shard answers "what is due here" from
--- its own index, and a claim per tenant reads one range of it.
-DROP INDEX effects_due;
-CREATE INDEX effects_due ON effects (tenant_id, due_at) WHERE due_at IS NOT NULL;
+-- The reconciler's wake-up index stays on due_at alone: the claim takes the earliest
+-- due effects of every tenant in one ordered range scan, which an index led by
+-- tenant_id cannot give (it would read every due row and sort). On a sharded ledger
+-- each shard keeps this index for its own rows.
 
 -- The event chain, looked up by tenant. The digest is computed exactly as before (it
 -- does not cover tenant_id), so every chain written before this migration still
