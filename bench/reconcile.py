@@ -197,9 +197,9 @@ SELECT e.status,
        array_agg(v.to_status ORDER BY v.seq) AS statuses,
        array_agg(v.occurred_at ORDER BY v.seq) AS times
 FROM effects e
-JOIN effect_events v USING (effect_id)
+JOIN effect_events v USING (tenant_id, effect_id)
 WHERE e.route = $1 AND e.operation_key = ANY($2::text[])
-GROUP BY e.effect_id
+GROUP BY e.tenant_id, e.effect_id
 """
 STATUSES = """
 SELECT status, count(*) AS n FROM effects

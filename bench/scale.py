@@ -43,10 +43,10 @@ SELECT md5('fill' || g)::uuid, 'default', 'fill-' || g, md5('hash' || g), 'charg
 FROM generate_series(1, $1) AS g
 """
 FILL_RECEIPTS = """
-INSERT INTO effect_receipts (effect_id, status_code, response_ciphertext, source,
-                             recorded_at)
-SELECT md5('fill' || g)::uuid, 200, decode(md5('body' || g), 'hex'), 'response',
-       now() - interval '1 hour'
+INSERT INTO effect_receipts (tenant_id, effect_id, status_code, response_ciphertext,
+                             source, recorded_at)
+SELECT 'default', md5('fill' || g)::uuid, 200, decode(md5('body' || g), 'hex'),
+       'response', now() - interval '1 hour'
 FROM generate_series(1, $1) AS g
 """
 

@@ -49,12 +49,12 @@ RECONCILER_WINDOW = 30.0
 EFFECTS = """
 SELECT e.operation_key, e.status, e.safety, e.due_at IS NOT NULL AS due, e.lease_owner,
        r.status_code AS receipt_status
-FROM effects e LEFT JOIN effect_receipts r USING (effect_id)
+FROM effects e LEFT JOIN effect_receipts r USING (tenant_id, effect_id)
 WHERE e.tenant_id = $1
 """
 ATTEMPTS = """
 SELECT e.operation_key, a.owner, extract(epoch FROM a.started_at)::float8 AS started
-FROM effect_attempts a JOIN effects e USING (effect_id)
+FROM effect_attempts a JOIN effects e USING (tenant_id, effect_id)
 WHERE e.tenant_id = $1
 """
 

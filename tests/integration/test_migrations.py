@@ -12,6 +12,7 @@ import os
 from pathlib import Path
 
 import asyncpg
+import pytest
 
 from effect_broker.store import Store
 from effect_broker.store.migrations import (
@@ -19,6 +20,7 @@ from effect_broker.store.migrations import (
     load_migrations,
     pending_migrations,
 )
+from effect_broker.store.sql import queries
 
 DECLARED = Path(__file__).parents[2] / "src/effect_broker/store/declared_schema.txt"
 
@@ -127,5 +129,96 @@ async def test_an_empty_database_reports_every_migration_pending(
     conn = await asyncpg.connect(empty_database_url)
     try:
         assert await pending_migrations(conn) == list(load_migrations())
+    finally:
+        await conn.close()
+
+
+async def _apply_up_to(conn: asyncpg.Connection, last: int) -> None:
+    """The schema as a ledger written by an older build left it, recorded as applied."""
+    await conn.execute(
+        "CREATE TABLE schema_migrations (version integer PRIMARY KEY, name text NOT NULL,"
+        " checksum text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())"
+    )
+    for migration in load_migrations()[:last]:
+        await conn.execute(migration.sql)
+        await conn.execute(
+            "INSERT INTO schema_migrations (version, name, checksum) VALUES ($1, $2, $3)",
+            migration.version,
+            migration.name,
+            migration.checksum,
+        )
+
+
+async def test_sharding_by_tenant_migrates_a_ledger_written_before_it(
+    empty_database_url: str,
+) -> None:
+    """0012 copies each row's tenant from its effect: the attempts, receipts and
+    events of effects written under 0011 keep belonging to them, chains still verify,
+    receipts stay immutable and a pruned effect still takes its rows with it."""
+    conn = await asyncpg.connect(empty_database_url)
+    try:
+        await _apply_up_to(conn, 11)
+        ids = {}
+        for tenant in ("acme", "globex"):
+            ids[tenant] = await conn.fetchval(
+                "SELECT (effect).effect_id FROM reserve_effect(gen_random_uuid(), $1,"
+                " 'k', 'h', 'charge', 'c', '1', 'idempotent', 'dk', NULL, '{}', 'o',"
+                " '1 minute', true, '1 day', '1 minute')",
+                tenant,
+            )
+        settled = ids["acme"]
+        await conn.execute(
+            "UPDATE effects SET status = 'succeeded', version = 3, due_at = NULL"
+            " WHERE effect_id = $1",
+            settled,
+        )
+        await conn.execute(
+            "INSERT INTO effect_receipts (effect_id, status_code, response_ciphertext,"
+            " source) VALUES ($1, 200, '\\x01', 'response')",
+            settled,
+        )
+        await conn.execute(
+            "SELECT append_effect_event($1, 3, 'settled', 'dispatching', 'succeeded',"
+            " 'o', '{}', now())",
+            settled,
+        )
+
+        applied = await apply_migrations(conn)
+        assert [m.version for m in applied] == [12]
+
+        for table in ("effect_attempts", "effect_receipts", "effect_events"):
+            mismatched = await conn.fetchval(
+                f"SELECT count(*) FROM {table} AS t JOIN effects AS e"
+                " USING (effect_id) WHERE t.tenant_id IS DISTINCT FROM e.tenant_id"
+            )
+            assert mismatched == 0, table
+        by_tenant = await conn.fetch(
+            "SELECT tenant_id, count(*) AS n FROM effect_events GROUP BY tenant_id"
+            " ORDER BY tenant_id"
+        )
+        assert [(r["tenant_id"], r["n"]) for r in by_tenant] == [
+            ("acme", 3),
+            ("globex", 2),
+        ]
+        verify = queries()["verify_events"]
+        for tenant, effect_id in ids.items():
+            assert await conn.fetchval(verify, tenant, effect_id) is None
+        # The same effect id under another tenant is another effect: nothing of it.
+        assert await conn.fetchval(queries()["get_receipt"], "globex", settled) is None
+
+        with pytest.raises(asyncpg.RestrictViolationError, match="append-only"):
+            await conn.execute("UPDATE effect_receipts SET status_code = 500")
+        with pytest.raises(asyncpg.RestrictViolationError, match="append-only"):
+            await conn.execute("UPDATE effect_events SET actor = 'mallory'")
+
+        await conn.execute(
+            "DELETE FROM effects WHERE tenant_id = 'acme' AND effect_id = $1", settled
+        )
+        for table in ("effect_attempts", "effect_receipts", "effect_events"):
+            left = await conn.fetchval(
+                f"SELECT count(*) FROM {table} WHERE effect_id = $1",
+                settled,
+            )
+            assert left == 0, table
     finally:
         await conn.close()

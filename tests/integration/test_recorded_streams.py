@@ -94,8 +94,9 @@ async def event_kinds(database_url: str, key: str) -> list[str]:
     conn = await asyncpg.connect(database_url)
     try:
         rows = await conn.fetch(
-            "SELECT ev.kind FROM effect_events ev JOIN effects e USING (effect_id) "
-            "WHERE e.operation_key = $1 ORDER BY ev.seq",
+            "SELECT ev.kind FROM effect_events ev"
+            " JOIN effects e USING (tenant_id, effect_id)"
+            " WHERE e.operation_key = $1 ORDER BY ev.seq",
             key,
         )
     finally:

@@ -223,7 +223,7 @@ async def the_effect(database_url: str) -> asyncpg.Record:
     try:
         [row] = await conn.fetch(
             "SELECT e.status, e.attempts, e.downstream_key, r.source, r.status_code "
-            "FROM effects e LEFT JOIN effect_receipts r USING (effect_id)"
+            "FROM effects e LEFT JOIN effect_receipts r USING (tenant_id, effect_id)"
         )
         return row
     finally:

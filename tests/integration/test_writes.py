@@ -122,8 +122,9 @@ async def test_a_second_receipt_for_one_effect_is_refused(
 
     with pytest.raises(asyncpg.UniqueViolationError):
         await raw.execute(
-            "INSERT INTO effect_receipts (effect_id, status_code, response_ciphertext,"
-            " source) VALUES ($1, 200, 'x', 'operator')",
+            "INSERT INTO effect_receipts (tenant_id, effect_id, status_code,"
+            " response_ciphertext, source) VALUES ($1, $2, 200, 'x', 'operator')",
+            settled.tenant_id,
             settled.effect_id,
         )
 

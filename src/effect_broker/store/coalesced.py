@@ -269,6 +269,7 @@ def _start_arguments(r: StartRequest) -> tuple[Any, ...]:
         r.key_retention,
         r.settlement_bound,
         r.effect.status.value,
+        r.effect.tenant_id,
     )
 
 
@@ -330,6 +331,7 @@ def _receipt_arguments(r: ReceiptRequest, *, details_as_text: bool = True) -> li
         r.source.value,
         r.external_id,
         json.dumps(details) if details_as_text else details,
+        r.effect.tenant_id,
     ]
 
 

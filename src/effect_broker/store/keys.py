@@ -82,6 +82,7 @@ class LedgerKeys:
         async with translated():
             rows = await self._pool.fetch(
                 self._sql[query],
+                [old.tenant_id for old, _ in swaps],
                 [old.effect_id for old, _ in swaps],
                 [old.ciphertext for old, _ in swaps],
                 [fresh for _, fresh in swaps],

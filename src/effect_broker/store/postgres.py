@@ -275,6 +275,7 @@ class Store(CoalescedWrites, LedgerReads, LedgerKeys, RunningCalls):
             error,
             dict(details or {}),
             settle_within,
+            effect.tenant_id,
         )
 
     async def reschedule(
@@ -298,6 +299,7 @@ class Store(CoalescedWrites, LedgerReads, LedgerKeys, RunningCalls):
             delay,
             actor,
             error,
+            effect.tenant_id,
         )
 
     async def renew_lease(
@@ -310,7 +312,13 @@ class Store(CoalescedWrites, LedgerReads, LedgerKeys, RunningCalls):
         this commit. ``StaleVersion`` when someone else moved it first.
         """
         return await self._write_one(
-            "renew_lease", effect, effect.effect_id, effect.version, owner, lease
+            "renew_lease",
+            effect,
+            effect.effect_id,
+            effect.version,
+            owner,
+            lease,
+            effect.tenant_id,
         )
 
     async def record_receipt(

@@ -12,27 +12,33 @@ FROM reserve_effect(
 
 -- start_attempt --
 -- Move to DISPATCHING, count the attempt, take the lease and stamp deadlines.
-WITH moved AS (
-    UPDATE effects SET
+WITH clock AS (
+    -- Every time the write stamps, computed first: the UPDATE calls no function, so a
+    -- distributed engine can evaluate these once and route the row's write as it is.
+    SELECT now() AS at, now() + $4::interval AS lease_end,
+           now() + $5::interval AS retention_end, now() + $6::interval AS settle_end
+), moved AS (
+    UPDATE effects AS e SET
         status = 'dispatching',
-        version = version + 1,
-        attempts = attempts + 1,
+        version = e.version + 1,
+        attempts = e.attempts + 1,
         lease_owner = $3,
-        lease_expires_at = now() + $4::interval,
-        due_at = now() + $4::interval,
-        first_dispatched_at = coalesce(first_dispatched_at, now()),
-        retention_deadline = coalesce(retention_deadline, now() + $5::interval),
-        settlement_deadline = now() + $6::interval,
+        lease_expires_at = clock.lease_end,
+        due_at = clock.lease_end,
+        first_dispatched_at = coalesce(e.first_dispatched_at, clock.at),
+        retention_deadline = coalesce(e.retention_deadline, clock.retention_end),
+        settlement_deadline = clock.settle_end,
         last_error = NULL,
-        updated_at = now()
-    WHERE effect_id = $1 AND version = $2 AND status = $7
-    RETURNING effects.*
+        updated_at = clock.at
+    FROM clock
+    WHERE e.tenant_id = $8 AND e.effect_id = $1 AND e.version = $2 AND e.status = $7
+    RETURNING e.*
 ), attempt AS (
-    INSERT INTO effect_attempts (effect_id, attempt_no, owner)
-    SELECT effect_id, attempts, $3 FROM moved
+    INSERT INTO effect_attempts (tenant_id, effect_id, attempt_no, owner, started_at)
+    SELECT tenant_id, effect_id, attempts, $3, updated_at FROM moved
 )
 SELECT moved.*, append_effect_event(
-    moved.effect_id, moved.version, 'dispatch', $7, 'dispatching', $3,
+    moved.tenant_id, moved.effect_id, moved.version, 'dispatch', $7, 'dispatching', $3,
     jsonb_build_object('attempt', moved.attempts), moved.updated_at
 ) IS NOT NULL AS event_written
 FROM moved;
@@ -49,40 +55,45 @@ FROM reserve_effects(
 -- start_attempt_batch --
 -- start_attempt for many effects at once; an effect fenced by its version is missing.
 WITH v AS (
-    SELECT * FROM unnest(
+    -- Every time the write stamps, computed per request first (see start_attempt).
+    SELECT v.*, now() AS at, now() + v.lease AS lease_end,
+           now() + v.key_retention AS retention_end, now() + v.settlement AS settle_end
+    FROM unnest(
         $1::uuid[], $2::bigint[], $3::text[], $4::interval[], $5::interval[],
-        $6::interval[], $7::text[]
+        $6::interval[], $7::text[], $8::text[]
     ) WITH ORDINALITY AS v (effect_id, version, owner, lease, key_retention, settlement,
-                            from_status, ord)
+                            from_status, tenant_id, ord)
 ), moved AS (
     UPDATE effects AS e SET
         status = 'dispatching',
         version = e.version + 1,
         attempts = e.attempts + 1,
         lease_owner = v.owner,
-        lease_expires_at = now() + v.lease,
-        due_at = now() + v.lease,
-        first_dispatched_at = coalesce(e.first_dispatched_at, now()),
-        retention_deadline = coalesce(e.retention_deadline, now() + v.key_retention),
-        settlement_deadline = now() + v.settlement,
+        lease_expires_at = v.lease_end,
+        due_at = v.lease_end,
+        first_dispatched_at = coalesce(e.first_dispatched_at, v.at),
+        retention_deadline = coalesce(e.retention_deadline, v.retention_end),
+        settlement_deadline = v.settle_end,
         last_error = NULL,
-        updated_at = now()
+        updated_at = v.at
     FROM v
-    WHERE e.effect_id = v.effect_id AND e.version = v.version AND e.status = v.from_status
-    RETURNING e.effect_id, e.version, e.attempts, e.lease_owner, e.lease_expires_at,
-              e.due_at, e.first_dispatched_at, e.retention_deadline,
+    WHERE e.tenant_id = v.tenant_id AND e.effect_id = v.effect_id
+      AND e.version = v.version AND e.status = v.from_status
+    RETURNING e.tenant_id, e.effect_id, e.version, e.attempts, e.lease_owner,
+              e.lease_expires_at, e.due_at, e.first_dispatched_at, e.retention_deadline,
               e.settlement_deadline, e.updated_at, v.ord AS batch_ord,
               v.from_status AS batch_from
 ), attempt AS (
-    INSERT INTO effect_attempts (effect_id, attempt_no, owner)
-    SELECT effect_id, attempts, lease_owner FROM moved
+    INSERT INTO effect_attempts (tenant_id, effect_id, attempt_no, owner, started_at)
+    SELECT tenant_id, effect_id, attempts, lease_owner, updated_at FROM moved
 )
 -- Only what the write changed comes back; the caller holds the rest of the row.
 SELECT moved.batch_ord, moved.version, moved.attempts, moved.lease_expires_at,
        moved.due_at, moved.first_dispatched_at, moved.retention_deadline,
        moved.settlement_deadline, moved.updated_at, append_effect_event(
-    moved.effect_id, moved.version, 'dispatch', moved.batch_from, 'dispatching',
-    moved.lease_owner, jsonb_build_object('attempt', moved.attempts), moved.updated_at
+    moved.tenant_id, moved.effect_id, moved.version, 'dispatch', moved.batch_from,
+    'dispatching', moved.lease_owner, jsonb_build_object('attempt', moved.attempts),
+    moved.updated_at
 ) IS NOT NULL AS event_written
 FROM moved;
 
@@ -91,9 +102,10 @@ FROM moved;
 WITH v AS (
     SELECT * FROM unnest(
         $1::uuid[], $2::bigint[], $3::text[], $4::text[], $5::text[], $6::text[],
-        $7::integer[], $8::bytea[], $9::text[], $10::text[], $11::text[]
+        $7::integer[], $8::bytea[], $9::text[], $10::text[], $11::text[], $12::text[]
     ) WITH ORDINALITY AS v (effect_id, version, from_status, to_status, kind, actor,
-                            status_code, ciphertext, source, external_id, details, ord)
+                            status_code, ciphertext, source, external_id, details,
+                            tenant_id, ord)
 ), moved AS (
     UPDATE effects AS e SET
         status = v.to_status,
@@ -104,23 +116,24 @@ WITH v AS (
         last_error = NULL,
         updated_at = now()
     FROM v
-    WHERE e.effect_id = v.effect_id AND e.version = v.version AND e.status = v.from_status
-    RETURNING e.effect_id, e.version, e.status, e.updated_at, v.ord AS batch_ord,
-              v.from_status AS batch_from, v.kind AS batch_kind,
+    WHERE e.tenant_id = v.tenant_id AND e.effect_id = v.effect_id
+      AND e.version = v.version AND e.status = v.from_status
+    RETURNING e.tenant_id, e.effect_id, e.version, e.status, e.updated_at,
+              v.ord AS batch_ord, v.from_status AS batch_from, v.kind AS batch_kind,
               v.actor AS batch_actor, v.status_code AS batch_status_code,
               v.ciphertext AS batch_ciphertext, v.source AS batch_source,
               v.external_id AS batch_external_id, v.details AS batch_details
 ), receipt AS (
-    INSERT INTO effect_receipts (effect_id, status_code, response_ciphertext, source,
-                                 external_id, recorded_at)
-    SELECT effect_id, batch_status_code, batch_ciphertext, batch_source,
+    INSERT INTO effect_receipts (tenant_id, effect_id, status_code, response_ciphertext,
+                                 source, external_id, recorded_at)
+    SELECT tenant_id, effect_id, batch_status_code, batch_ciphertext, batch_source,
            batch_external_id, updated_at
     FROM moved
 )
 -- Only what the write changed comes back; the caller holds the rest of the row.
 SELECT moved.batch_ord, moved.version, moved.updated_at, append_effect_event(
-    moved.effect_id, moved.version, moved.batch_kind, moved.batch_from, moved.status,
-    moved.batch_actor,
+    moved.tenant_id, moved.effect_id, moved.version, moved.batch_kind, moved.batch_from,
+    moved.status, moved.batch_actor,
     jsonb_build_object('status_code', moved.batch_status_code,
                        'source', moved.batch_source,
                        'external_id', moved.batch_external_id)
@@ -131,21 +144,28 @@ FROM moved;
 
 -- transition --
 -- Compare-and-swap to a new status; set or drop the lease and the next wake-up time.
-WITH moved AS (
-    UPDATE effects SET
+WITH clock AS (
+    -- Every time the write stamps, computed first (see start_attempt).
+    SELECT now() AS at, now() + $8::interval AS lease_end,
+           coalesce(now() + $8::interval, now() + $9::interval) AS due,
+           now() + $12::interval AS settle_end
+), moved AS (
+    UPDATE effects AS e SET
         status = $4,
-        version = version + 1,
+        version = e.version + 1,
         lease_owner = $7,
-        lease_expires_at = now() + $8::interval,
-        due_at = coalesce(now() + $8::interval, now() + $9::interval),
-        settlement_deadline = coalesce(now() + $12::interval, settlement_deadline),
+        lease_expires_at = clock.lease_end,
+        due_at = clock.due,
+        settlement_deadline = coalesce(clock.settle_end, e.settlement_deadline),
         last_error = $10,
-        updated_at = now()
-    WHERE effect_id = $1 AND version = $2 AND status = $3
-    RETURNING effects.*
+        updated_at = clock.at
+    FROM clock
+    WHERE e.tenant_id = $13 AND e.effect_id = $1 AND e.version = $2 AND e.status = $3
+    RETURNING e.*
 )
 SELECT moved.*, append_effect_event(
-    moved.effect_id, moved.version, $5, $3, $4, $6, $11::jsonb, moved.updated_at
+    moved.tenant_id, moved.effect_id, moved.version, $5, $3, $4, $6, $11::jsonb,
+    moved.updated_at
 ) IS NOT NULL AS event_written
 FROM moved;
 
@@ -160,16 +180,16 @@ WITH moved AS (
         due_at = NULL,
         last_error = NULL,
         updated_at = now()
-    WHERE effect_id = $1 AND version = $2 AND status = $3
-    RETURNING effect_id, version, updated_at
+    WHERE tenant_id = $12 AND effect_id = $1 AND version = $2 AND status = $3
+    RETURNING tenant_id, effect_id, version, updated_at
 ), receipt AS (
-    INSERT INTO effect_receipts (effect_id, status_code, response_ciphertext, source,
-                                 external_id, recorded_at)
-    SELECT effect_id, $7, $8, $9, $10, updated_at FROM moved
+    INSERT INTO effect_receipts (tenant_id, effect_id, status_code, response_ciphertext,
+                                 source, external_id, recorded_at)
+    SELECT tenant_id, effect_id, $7, $8, $9, $10, updated_at FROM moved
 )
 -- Only what the write changed comes back; the caller holds the rest of the row.
 SELECT moved.version, moved.updated_at, append_effect_event(
-    moved.effect_id, moved.version, $5, $3, $4, $6,
+    moved.tenant_id, moved.effect_id, moved.version, $5, $3, $4, $6,
     jsonb_build_object('status_code', $7::integer, 'source', $9::text,
                        'external_id', $10::text) || $11::jsonb,
     moved.updated_at
@@ -186,11 +206,11 @@ WITH moved AS (
         due_at = now() + $4::interval,  -- NULL: nothing is due until an operator acts
         last_error = coalesce($6, last_error),
         updated_at = now()
-    WHERE effect_id = $1 AND version = $2 AND status = $3
+    WHERE tenant_id = $7 AND effect_id = $1 AND version = $2 AND status = $3
     RETURNING effects.*
 )
 SELECT moved.*, append_effect_event(
-    moved.effect_id, moved.version, 'rescheduled', $3, $3, $5,
+    moved.tenant_id, moved.effect_id, moved.version, 'rescheduled', $3, $3, $5,
     jsonb_build_object('delay_seconds', extract(epoch FROM $4::interval)), moved.updated_at
 ) IS NOT NULL AS event_written
 FROM moved;
@@ -203,13 +223,13 @@ WITH moved AS (
         lease_expires_at = now() + $4::interval,
         due_at = now() + $4::interval,
         updated_at = now()
-    WHERE effect_id = $1 AND version = $2 AND status = 'dispatching'
+    WHERE tenant_id = $5 AND effect_id = $1 AND version = $2 AND status = 'dispatching'
       AND lease_owner = $3
     RETURNING effects.*
 )
 SELECT moved.*, append_effect_event(
-    moved.effect_id, moved.version, 'lease_renewed', 'dispatching', 'dispatching', $3,
-    jsonb_build_object('lease_seconds', extract(epoch FROM $4::interval)),
+    moved.tenant_id, moved.effect_id, moved.version, 'lease_renewed', 'dispatching',
+    'dispatching', $3, jsonb_build_object('lease_seconds', extract(epoch FROM $4::interval)),
     moved.updated_at
 ) IS NOT NULL AS event_written
 FROM moved;
@@ -217,7 +237,7 @@ FROM moved;
 -- claim_due --
 -- Lease up to $1 effects whose wake-up time has passed, skipping rows others hold.
 WITH due AS (
-    SELECT effect_id, lease_owner AS previous_owner FROM effects
+    SELECT tenant_id, effect_id, lease_owner AS previous_owner FROM effects
     WHERE due_at <= now()
     ORDER BY due_at
     LIMIT $1
@@ -230,12 +250,13 @@ WITH due AS (
         due_at = now() + $3::interval,
         updated_at = now()
     FROM due
-    WHERE e.effect_id = due.effect_id
+    WHERE e.tenant_id = due.tenant_id AND e.effect_id = due.effect_id
     RETURNING e.*, due.previous_owner
 )
 SELECT claimed.*, append_effect_event(
-    claimed.effect_id, claimed.version, 'claimed', claimed.status, claimed.status, $2,
-    jsonb_build_object('previous_owner', claimed.previous_owner), claimed.updated_at
+    claimed.tenant_id, claimed.effect_id, claimed.version, 'claimed', claimed.status,
+    claimed.status, $2, jsonb_build_object('previous_owner', claimed.previous_owner),
+    claimed.updated_at
 ) IS NOT NULL AS event_written
 FROM claimed;
 
@@ -248,9 +269,9 @@ WITH retention AS (
     -- have forgotten the key as well.
     SELECT * FROM unnest($1::text[], $2::interval[]) AS r (contract_name, kept_for)
 ), doomed AS (
-    SELECT e.effect_id FROM retention AS r
+    SELECT e.tenant_id, e.effect_id FROM retention AS r
     CROSS JOIN LATERAL (
-        SELECT effect_id FROM effects
+        SELECT tenant_id, effect_id FROM effects
         WHERE status IN ('succeeded', 'failed_final')
           AND contract_name = r.contract_name
           AND updated_at < now() - r.kept_for
@@ -262,7 +283,7 @@ WITH retention AS (
     LIMIT $3
 )
 DELETE FROM effects AS e USING doomed
-WHERE e.effect_id = doomed.effect_id
+WHERE e.tenant_id = doomed.tenant_id AND e.effect_id = doomed.effect_id
   AND e.status IN ('succeeded', 'failed_final')
 RETURNING e.route;
 
@@ -295,33 +316,25 @@ LIMIT $8;
 
 -- get_receipt --
 -- The receipt of one tenant's effect.
-SELECT r.* FROM effect_receipts r
-JOIN effects e USING (effect_id)
-WHERE e.tenant_id = $1 AND r.effect_id = $2;
+SELECT * FROM effect_receipts WHERE tenant_id = $1 AND effect_id = $2;
 
 -- list_events --
 -- The history of one tenant's effect, oldest first.
-SELECT ev.* FROM effect_events ev
-JOIN effects e USING (effect_id)
-WHERE e.tenant_id = $1 AND ev.effect_id = $2
-ORDER BY ev.seq;
+SELECT * FROM effect_events WHERE tenant_id = $1 AND effect_id = $2 ORDER BY seq;
 
 -- list_attempts --
 -- The dispatch attempts of one tenant's effect.
-SELECT a.* FROM effect_attempts a
-JOIN effects e USING (effect_id)
-WHERE e.tenant_id = $1 AND a.effect_id = $2
-ORDER BY a.attempt_no;
+SELECT * FROM effect_attempts WHERE tenant_id = $1 AND effect_id = $2 ORDER BY attempt_no;
 
 -- verify_events --
 -- The first sequence whose digest, link or position does not hold, or NULL.
-WITH chain AS (
+WITH chain AS (  -- $1 NULL: by effect id alone, for a caller that has no tenant yet
     SELECT seq, digest, prev_digest,
            row_number() OVER (ORDER BY seq) AS position,
            lag(digest) OVER (ORDER BY seq) AS previous,
            effect_event_digest(prev_digest, effect_id, seq, kind, from_status, to_status,
                                actor, details, occurred_at) AS recomputed
-    FROM effect_events WHERE effect_id = $1
+    FROM effect_events WHERE tenant_id = coalesce($1, tenant_id) AND effect_id = $2
 )
 SELECT min(seq) AS first_bad_seq FROM chain
 WHERE seq <> position
@@ -430,26 +443,30 @@ LIMIT $3;
 
 -- receipts_not_under_key --
 -- A batch of receipts sealed under another key than $1, after effect $2.
-SELECT r.effect_id, e.tenant_id, r.response_ciphertext AS ciphertext
-FROM effect_receipts AS r JOIN effects AS e USING (effect_id)
-WHERE r.effect_id > $2
-  AND substring(r.response_ciphertext FROM 3 FOR get_byte(r.response_ciphertext, 1))
+SELECT effect_id, tenant_id, response_ciphertext AS ciphertext
+FROM effect_receipts
+WHERE effect_id > $2
+  AND substring(response_ciphertext FROM 3 FOR get_byte(response_ciphertext, 1))
       <> convert_to($1, 'UTF8')
-ORDER BY r.effect_id
+ORDER BY effect_id
 LIMIT $3;
 
 -- reseal_requests --
 -- Swap re-encrypted requests in, each only if its ciphertext is still the one read.
 UPDATE effects AS e SET request_ciphertext = v.fresh
-FROM unnest($1::uuid[], $2::bytea[], $3::bytea[]) AS v (effect_id, old, fresh)
-WHERE e.effect_id = v.effect_id AND e.request_ciphertext = v.old
+FROM unnest($1::text[], $2::uuid[], $3::bytea[], $4::bytea[])
+    AS v (tenant_id, effect_id, old, fresh)
+WHERE e.tenant_id = v.tenant_id AND e.effect_id = v.effect_id
+  AND e.request_ciphertext = v.old
 RETURNING e.effect_id;
 
 -- reseal_receipts --
 -- Swap re-encrypted receipts in, each only if its ciphertext is still the one read.
 UPDATE effect_receipts AS r SET response_ciphertext = v.fresh
-FROM unnest($1::uuid[], $2::bytea[], $3::bytea[]) AS v (effect_id, old, fresh)
-WHERE r.effect_id = v.effect_id AND r.response_ciphertext = v.old
+FROM unnest($1::text[], $2::uuid[], $3::bytea[], $4::bytea[])
+    AS v (tenant_id, effect_id, old, fresh)
+WHERE r.tenant_id = v.tenant_id AND r.effect_id = v.effect_id
+  AND r.response_ciphertext = v.old
 RETURNING r.effect_id;
 
 -- get_idempotency_root --

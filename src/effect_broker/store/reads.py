@@ -163,10 +163,17 @@ class LedgerReads:
             )
         return [attempt_of(row) for row in rows]
 
-    async def verify_events(self, effect_id: UUID) -> int | None:
-        """The first event sequence whose digest chain breaks, or None if intact."""
+    async def verify_events(
+        self, effect_id: UUID, tenant_id: str | None = None
+    ) -> int | None:
+        """The first event sequence whose digest chain breaks, or None if intact.
+
+        With ``tenant_id`` the read goes to that tenant's rows only (one shard when the
+        ledger is distributed by tenant); without it, the effect id alone is looked up,
+        as callers did before every ledger table carried the tenant.
+        """
         async with translated():
             bad: int | None = await self._pool.fetchval(
-                self._sql["verify_events"], effect_id
+                self._sql["verify_events"], tenant_id, effect_id
             )
         return bad

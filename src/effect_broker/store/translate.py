@@ -7,6 +7,7 @@ database refused the operation itself).
 
 from __future__ import annotations
 
+import re
 from contextlib import AbstractContextManager
 from types import TracebackType
 
@@ -20,6 +21,17 @@ from effect_broker.errors import (
     StoreUnavailable,
 )
 from effect_broker.tracing import ledger_span, untraced
+
+#: The receipt's primary key: a second receipt for one effect violates it.
+RECEIPT_KEY = "effect_receipts_pkey"
+
+# A shard's copy of a constraint is named like the declared one plus "_<shard id>"
+# (Citus: effect_receipts_pkey_102028). No constraint the migrations declare ends in
+# "_<digits>" (a unit test reads the declared schema to keep it so), so the suffix
+# can be stripped from any name without mistaking one constraint for another.
+_SHARD_SUFFIX = re.compile(r"_[0-9]+$")
+# The constraint PostgreSQL names in the message of a class 23 error.
+_QUOTED_CONSTRAINT = re.compile(r'\bconstraint "([^"]+)"')
 
 
 class translated:
@@ -73,10 +85,11 @@ def ours_for(exc: BaseException) -> EffectBrokerError | None:
         | asyncpg.InternalClientError,
     ):
         return StoreUnavailable(f"the ledger database is unreachable: {exc}")
-    if isinstance(exc, asyncpg.UniqueViolationError):
-        if exc.table_name == "effect_receipts":
+    if isinstance(exc, asyncpg.UniqueViolationError):  # SQLSTATE 23505
+        constraint = constraint_of(exc)
+        if constraint == RECEIPT_KEY:
             return ReceiptExists()
-        return StoreError(f"unique constraint {exc.constraint_name} refused a write")
+        return StoreError(f"unique constraint {constraint} refused a write")
     if isinstance(exc, asyncpg.OperatorInterventionError):  # class 57: shutdown, restart
         return StoreUnavailable(
             f"the ledger database is starting or shutting down: {exc}"
@@ -84,6 +97,22 @@ def ours_for(exc: BaseException) -> EffectBrokerError | None:
     if isinstance(exc, asyncpg.PostgresError):
         return StoreError(f"the ledger refused the operation: {exc}")
     return None
+
+
+def constraint_of(exc: asyncpg.PostgresError) -> str | None:
+    """The constraint an error is about, by the name the migrations declare.
+
+    Errors are told apart by SQLSTATE (the exception class) and this identity, never
+    by table name: through a distributed engine's coordinator an error reaches us with
+    ``table_name`` and ``constraint_name`` unset, naming the shard's copy of the
+    constraint in its message only (``effect_receipts_pkey_102028``), and the table a
+    shard reports is the shard's (``effect_receipts_102028``).
+    """
+    name = exc.constraint_name
+    if not name:
+        found = _QUOTED_CONSTRAINT.search(str(getattr(exc, "message", None) or exc))
+        name = found.group(1) if found else None
+    return _SHARD_SUFFIX.sub("", name) if name else None
 
 
 _FIX_WHERE = (

@@ -49,34 +49,37 @@ class Ledger:
 LEDGER_ROW = """
 SELECT e.effect_id, e.status, e.attempts, e.version, e.due_at IS NOT NULL AS due,
        e.lease_owner, r.source AS receipt_source,
-       (SELECT actor FROM effect_events v WHERE v.effect_id = e.effect_id
+       (SELECT actor FROM effect_events v
+        WHERE v.tenant_id = e.tenant_id AND v.effect_id = e.effect_id
         ORDER BY seq DESC LIMIT 1) AS last_actor,
-       (SELECT count(*) FROM effect_events v WHERE v.effect_id = e.effect_id
+       (SELECT count(*) FROM effect_events v
+        WHERE v.tenant_id = e.tenant_id AND v.effect_id = e.effect_id
         AND v.kind = 'absence_proven') AS absences_proven  -- a tombstone's proof
-FROM effects e LEFT JOIN effect_receipts r USING (effect_id)
+FROM effects e LEFT JOIN effect_receipts r USING (tenant_id, effect_id)
 WHERE e.tenant_id = $1 AND e.operation_key = $2
 """
 CLAIMED_BY = """
 SELECT EXISTS (
-    SELECT 1 FROM effects e JOIN effect_events v USING (effect_id)
+    SELECT 1 FROM effects e JOIN effect_events v USING (tenant_id, effect_id)
     WHERE e.tenant_id = $1 AND e.operation_key = $2
       AND v.kind = 'claimed' AND v.actor LIKE $3)
 """
 #: Events the first proxy ($3) wrote after the second ($4) first claimed the effect. A
 #: fenced write changes nothing and writes no event, so this must be 0.
 WRITES_AFTER_TAKEOVER = """
-SELECT count(*) FROM effects e JOIN effect_events v USING (effect_id)
+SELECT count(*) FROM effects e JOIN effect_events v USING (tenant_id, effect_id)
 WHERE e.tenant_id = $1 AND e.operation_key = $2 AND v.actor LIKE $3
   AND v.seq > (SELECT min(w.seq) FROM effect_events w
-               WHERE w.effect_id = e.effect_id AND w.kind = 'claimed' AND w.actor LIKE $4)
+               WHERE w.tenant_id = e.tenant_id AND w.effect_id = e.effect_id
+                 AND w.kind = 'claimed' AND w.actor LIKE $4)
 """
 EVENTS_OF_KIND = """
-SELECT count(*) FROM effects e JOIN effect_events v USING (effect_id)
+SELECT count(*) FROM effects e JOIN effect_events v USING (tenant_id, effect_id)
 WHERE e.tenant_id = $1 AND e.operation_key = $2 AND v.kind = $3
 """
 HISTORY = """
 SELECT v.seq, v.occurred_at, v.kind, v.from_status, v.to_status, v.actor, v.details
-FROM effects e JOIN effect_events v USING (effect_id)
+FROM effects e JOIN effect_events v USING (tenant_id, effect_id)
 WHERE e.tenant_id = $1 AND e.operation_key = $2
 ORDER BY v.seq
 """

@@ -41,7 +41,7 @@ SETTLE_TIMEOUT = 30.0  # the reconcilers bring the ledger to rest within this
 EFFECTS = """
 SELECT e.operation_key, e.status, e.safety, e.due_at IS NOT NULL AS due, e.lease_owner,
        r.status_code AS receipt_status
-FROM effects e LEFT JOIN effect_receipts r USING (effect_id)
+FROM effects e LEFT JOIN effect_receipts r USING (tenant_id, effect_id)
 WHERE e.tenant_id = $1
 """
 
