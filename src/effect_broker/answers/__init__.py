@@ -25,7 +25,13 @@ from effect_broker.answers.receipts import (
     noted,
     prunable_at,
 )
-from effect_broker.answers.render import as_bytes, as_jsonrpc, as_problem, as_response
+from effect_broker.answers.render import (
+    as_bytes,
+    as_jsonrpc,
+    as_problem,
+    as_response,
+    stream_overflow,
+)
 from effect_broker.answers.table import (
     HTTP,
     MCP,
@@ -63,4 +69,5 @@ __all__ = [
     "operator_answer",
     "prunable_at",
     "read_body",
+    "stream_overflow",
 ]

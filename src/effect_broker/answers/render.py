@@ -1,16 +1,20 @@
 """An ``Answer`` framed for the wire: problem+json for HTTP, bytes for a raw socket,
 a JSON-RPC error for MCP. The framing only; what the answer says is decided in
-``table`` (outcomes) and ``failures`` (exceptions)."""
+``table`` (outcomes) and ``failures`` (exceptions). Also the one way a body longer
+than a receipt holds reaches its client (``stream_overflow``), for both adapters."""
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import Any
 
 from aiohttp import web
 
 from effect_broker.answers.table import Answer
+from effect_broker.engine import Answered
 from effect_broker.problems import (
     Problem,
+    effect_headers,
     jsonrpc_error,
     problem,
     problem_bytes,
@@ -67,3 +71,35 @@ def as_jsonrpc(
     if answer.close:
         response.force_close()
     return response
+
+
+async def stream_overflow(
+    outcome: Answered,
+    request: web.Request,
+    *,
+    dropped: Collection[str] = (),
+    reason: bool = True,
+) -> web.StreamResponse:
+    """A body longer than a receipt holds: this client gets all of it, live, as the
+    target sent it (the receipt records the effect without the body); the attempt's
+    connection is released whatever happens. ``dropped``: lower-case names of the
+    target's headers not copied; ``reason``: keep the target's reason phrase."""
+    attempt = outcome.attempt
+    assert attempt.response is not None and attempt.overflow is not None
+    first = attempt.response
+    out = web.StreamResponse(
+        status=first.status, reason=(first.reason or None) if reason else None
+    )
+    for name, value in first.headers:
+        if name.lower() not in dropped:
+            out.headers.add(name, value)
+    out.headers.update(effect_headers(outcome.effect))
+    try:
+        await out.prepare(request)
+        await out.write(first.body)
+        async for chunk in attempt.overflow.content.iter_any():
+            await out.write(chunk)
+        await out.write_eof()
+    finally:
+        attempt.release()
+    return out

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from effect_broker.answers import MCP, Relay, answer_for, as_jsonrpc
+from effect_broker.answers import MCP, Relay, answer_for, as_jsonrpc, stream_overflow
 from effect_broker.engine import Answered, Outcome, StoredResponse
 from effect_broker.errors import (
     EffectBrokerError,
@@ -42,6 +42,7 @@ from effect_broker.problems import effect_headers
 
 REPLAYED_HEADER = "Idempotent-Replayed"
 # Upstream headers that describe the first answer's framing, or its session.
+_REFRAMED = ("content-length", "transfer-encoding")
 _NOT_COPIED = {"content-length", "content-type", "transfer-encoding", "content-encoding"}
 #: The JSON-RPC error code of each problem the shared table can answer with.
 CODES: dict[type[EffectBrokerError], int] = {
@@ -72,7 +73,8 @@ async def render(
     whichever revision recorded it, and a refusal as a JSON-RPC error whose
     ``error.data`` is the problem document the HTTP proxy would have sent."""
     if isinstance(outcome, Answered) and outcome.attempt.overflow is not None:
-        return await _stream_overflow(outcome, request)
+        # As the server sent it, framed anew for this client.
+        return await stream_overflow(outcome, request, dropped=_REFRAMED, reason=False)
     answer = answer_for(outcome, MCP)
     if isinstance(answer, Relay):
         return _result(
@@ -114,25 +116,4 @@ def _result(
     out.headers.update(effect_headers(effect))
     if replayed:
         out.headers[REPLAYED_HEADER] = "true"
-    return out
-
-
-async def _stream_overflow(outcome: Answered, request: web.Request) -> web.StreamResponse:
-    """A result longer than a receipt holds: this client gets all of it, live, as the
-    server sent it (its receipt records the call without the body)."""
-    attempt = outcome.attempt
-    assert attempt.response is not None and attempt.overflow is not None
-    out = web.StreamResponse(status=attempt.response.status)
-    for name, value in attempt.response.headers:
-        if name.lower() not in ("content-length", "transfer-encoding"):
-            out.headers.add(name, value)
-    out.headers.update(effect_headers(outcome.effect))
-    try:
-        await out.prepare(request)
-        await out.write(attempt.response.body)
-        async for chunk in attempt.overflow.content.iter_any():
-            await out.write(chunk)
-        await out.write_eof()
-    finally:
-        attempt.release()
     return out

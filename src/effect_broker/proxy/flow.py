@@ -29,6 +29,7 @@ from effect_broker.answers import (
     noted,
     operation_key,
     read_body,
+    stream_overflow,
 )
 from effect_broker.canonical import canonical_body, canonical_query
 from effect_broker.config.contracts import Contract, DuplicateGuard, Route
@@ -159,7 +160,7 @@ class EffectRequest:
                 finally:  # the body's time at the target is not the proxy's overhead
                     self.upstream_seconds += outcome.attempt.stream.elapsed
             if isinstance(outcome, Answered) and outcome.attempt.overflow is not None:
-                return await self._stream_overflow(outcome)
+                return await stream_overflow(outcome, self.request)
         state = self.state
         return self._answer(noted(state.receipts, state.metrics, wanted, outcome))
 
@@ -211,26 +212,6 @@ class EffectRequest:
                 answer.response, answer.effect, replayed=answer.replayed
             )
         return as_response(answer)
-
-    async def _stream_overflow(self, outcome: Answered) -> web.StreamResponse:
-        """A body longer than a receipt holds: give this client all of it, live."""
-        attempt = outcome.attempt
-        assert attempt.response is not None and attempt.overflow is not None
-        out = web.StreamResponse(
-            status=attempt.response.status, reason=attempt.response.reason or None
-        )
-        for name, value in attempt.response.headers:
-            out.headers.add(name, value)
-        out.headers.update(effect_headers(outcome.effect))
-        try:
-            await out.prepare(self.request)
-            await out.write(attempt.response.body)
-            async for chunk in attempt.overflow.content.iter_any():
-                await out.write(chunk)
-            await out.write_eof()
-        finally:
-            attempt.release()
-        return out
 
     def _intent(self, key: str, body: bytes) -> Intent:
         """The engine's intent: the exact payload hashed, the request as the target
