@@ -12,6 +12,7 @@ from effect_broker.answers.failures import failure_answer
 from effect_broker.answers.intake import (
     MAX_OPERATION_KEY,
     Payload,
+    check_length,
     intent,
     is_absolute_form,
     key_problem,
@@ -60,6 +61,7 @@ __all__ = [
     "as_problem",
     "as_response",
     "cached",
+    "check_length",
     "failure_answer",
     "intent",
     "is_absolute_form",

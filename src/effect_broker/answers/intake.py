@@ -29,12 +29,16 @@ MAX_OPERATION_KEY = 255
 CHUNK = 64 * 1024
 
 
+def check_length(length: int | None, limit: int) -> None:
+    """Refuse a body whose declared length is over ``limit`` before reading it (also
+    before inviting it with ``100 Continue``)."""
+    if length is not None and length > limit:
+        raise BodyTooLarge(f"the body is {length} bytes; this proxy accepts {limit}")
+
+
 async def read_body(request: web.Request, limit: int) -> bytes:
     """The whole body, refused as soon as it is known to be over ``limit`` bytes."""
-    if request.content_length is not None and request.content_length > limit:
-        raise BodyTooLarge(
-            f"the body is {request.content_length} bytes; this proxy accepts {limit}"
-        )
+    check_length(request.content_length, limit)
     body = bytearray()
     async for chunk in request.content.iter_chunked(CHUNK):
         body += chunk

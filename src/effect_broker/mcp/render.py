@@ -24,6 +24,7 @@ from effect_broker.errors import (
     UpstreamTLS,
     UpstreamUnreachable,
 )
+from effect_broker.headers import REPLAYED_HEADER
 from effect_broker.mcp.answers import content_type
 from effect_broker.mcp.jsonrpc import (
     IN_FLIGHT,
@@ -40,7 +41,6 @@ from effect_broker.mcp.jsonrpc import (
 from effect_broker.models import Effect
 from effect_broker.problems import effect_headers
 
-REPLAYED_HEADER = "Idempotent-Replayed"
 # Upstream headers that describe the first answer's framing, or its session.
 _REFRAMED = ("content-length", "transfer-encoding")
 _NOT_COPIED = {"content-length", "content-type", "transfer-encoding", "content-encoding"}

@@ -8,19 +8,24 @@ from __future__ import annotations
 
 import json
 import logging
+from dataclasses import replace
 
 from aiohttp import HttpVersion11, hdrs, web
 from aiohttp.typedefs import Handler
 from yarl import URL
 
-from effect_broker.answers import as_response, failure_answer, is_absolute_form
+from effect_broker.answers import (
+    as_response,
+    check_length,
+    failure_answer,
+    is_absolute_form,
+)
 from effect_broker.config.contracts import Route
 from effect_broker.config.paths import RequestPath, normalize_path, split_target
 from effect_broker.config.routing import is_mutating
 from effect_broker.dialects import translate
 from effect_broker.engine import upstream_url
 from effect_broker.errors import (
-    BodyTooLarge,
     EffectBrokerError,
     MalformedRequest,
     MisdirectedRequest,
@@ -158,22 +163,16 @@ async def expect_continue(request: web.Request) -> web.StreamResponse | None:
         )
     try:
         route = match(request, state, request_path(request), forward=is_forward(request))
-    except EffectBrokerError as exc:
-        response = problem_response(exc)
-        response.force_close()
-        return response
-    limit = (
-        state.max_request_bytes
-        if route is not None
-        else request.app[EDGE_LIMITS].max_passthrough_bytes
-    )
-    length = request.content_length
-    if length is not None and length > limit:
-        response = problem_response(
-            BodyTooLarge(f"the body is {length} bytes; this proxy accepts {limit}")
+        limit = (
+            state.max_request_bytes
+            if route is not None
+            else request.app[EDGE_LIMITS].max_passthrough_bytes
         )
-        response.force_close()
-        return response
+        check_length(request.content_length, limit)
+    except EffectBrokerError as exc:
+        answer = failure_answer(exc)
+        assert answer is not None  # an EffectBrokerError is always a failure
+        return as_response(replace(answer, close=True))  # never invite the body
     if request.version == HttpVersion11:
         await request.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
     return None

@@ -43,7 +43,12 @@ from effect_broker.engine import (
     upstream_url,
 )
 from effect_broker.errors import SuspectedDuplicate
-from effect_broker.headers import REPEAT_HEADER, REPEAT_INTENTIONAL, preferred_wait
+from effect_broker.headers import (
+    REPEAT_HEADER,
+    REPEAT_INTENTIONAL,
+    REPLAYED_HEADER,
+    preferred_wait,
+)
 from effect_broker.models import Effect
 from effect_broker.problems import effect_headers, problem_response
 from effect_broker.proxy.edge_input import printable
@@ -61,8 +66,6 @@ from effect_broker.tracing import (
 log = logging.getLogger("effect_broker.proxy")
 #: One line per route a minute at most: a client re-minting keys repeats itself.
 duplicate_log = RateLimitedLog(log)
-
-REPLAYED_HEADER = "Idempotent-Replayed"
 
 
 def stored_response_to_web(
