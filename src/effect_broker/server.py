@@ -22,7 +22,8 @@ from effect_broker.proxy.edge import (
     handler_factory,
     quiet_accept_errors,
 )
-from effect_broker.proxy.intercept import Interception, LeafContexts
+from effect_broker.proxy.intercept import Interception
+from effect_broker.proxy.leaves import LeafContexts
 from effect_broker.proxy.state import ProxyState
 from effect_broker.reconciler import Reconciler
 from effect_broker.tenancy import TenantResolver

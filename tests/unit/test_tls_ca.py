@@ -17,8 +17,9 @@ from effect_broker.cli import ca as cli_ca
 from effect_broker.cli.doctor import tls_findings
 from effect_broker.cli.up import _with_ca
 from effect_broker.config.settings import Settings
-from effect_broker.proxy import intercept
-from effect_broker.proxy.intercept import LeafContexts, proxy_authorization
+from effect_broker.proxy import leaves as leaf_module
+from effect_broker.proxy.intercept import proxy_authorization
+from effect_broker.proxy.leaves import LeafContexts
 from effect_broker.proxy.tls_ca import (
     LEAF_VALIDITY,
     CertificateAuthority,
@@ -116,7 +117,7 @@ def test_leaf_contexts_are_cached_per_host() -> None:
 
 
 def test_leaf_cache_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(intercept, "MAX_CACHED_LEAVES", 2)
+    monkeypatch.setattr(leaf_module, "MAX_CACHED_LEAVES", 2)
     leaves = LeafContexts(CertificateAuthority.create())
     first = leaves.for_host("a.test")
     leaves.for_host("b.test")
