@@ -41,8 +41,9 @@ from effect_broker.mcp.jsonrpc import (
 from effect_broker.models import Effect
 from effect_broker.problems import effect_headers
 
-# Upstream headers that describe the first answer's framing, or its session.
+# A result streamed past a receipt's size is framed anew for this client.
 _REFRAMED = ("content-length", "transfer-encoding")
+# Upstream headers that describe the first answer's framing, or its session.
 _NOT_COPIED = {"content-length", "content-type", "transfer-encoding", "content-encoding"}
 #: The JSON-RPC error code of each problem the shared table can answer with.
 CODES: dict[type[EffectBrokerError], int] = {
