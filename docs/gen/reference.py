@@ -246,7 +246,7 @@ def problems_page() -> str:
     ]
     return "".join(
         [
-            NOTICE.format(source="src/effect_broker/errors.py"),
+            NOTICE.format(source="src/effect_broker/errors/"),
             "# Problem types\n\n",
             f"Every `type` is `{PROBLEM_TYPE_BASE}<type>`. The status is the default "
             "for that cause (a few answers choose another, as the "

@@ -67,6 +67,8 @@ def end_to_end(headers: Iterable[tuple[str, str]]) -> Headers:
 #: A client's declaration that a request repeating a recent payload under a new
 #: operation key is meant (a second, equal order): the duplicate guard lets it through.
 #: The proxy's own header: never forwarded.
+#: Set on an answer given back from a receipt instead of a new send.
+REPLAYED_HEADER = "Idempotent-Replayed"
 REPEAT_HEADER = "Effect-Repeat"
 REPEAT_INTENTIONAL = "intentional"
 

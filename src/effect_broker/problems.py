@@ -131,7 +131,16 @@ def jsonrpc_problem(
     way: the SDK raises it as the tool call's error); one for a body it could not read
     at all keeps an HTTP error status.
     """
-    answer = problem(error, **options)
+    return jsonrpc_error(
+        problem(error, **options), request_id=request_id, code=code, status=status
+    )
+
+
+def jsonrpc_error(
+    answer: Problem, *, request_id: str | int | None, code: int, status: int = 200
+) -> Problem:
+    """A problem as a JSON-RPC error under ``code``: the document in ``error.data``,
+    its ``message`` as the error's; ``status`` is the transport's (see above)."""
     data = json.loads(answer.body)
     body = {
         "jsonrpc": "2.0",

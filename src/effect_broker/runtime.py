@@ -14,6 +14,7 @@ import ssl
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 
+from effect_broker.answers import ReceiptCache
 from effect_broker.config.egress import EgressPolicy, default_rules
 from effect_broker.config.routes_config import RoutesConfig
 from effect_broker.config.routes_file import resolve_inject_headers
@@ -35,7 +36,6 @@ from effect_broker.mcp.handler import McpEndpoint
 from effect_broker.metrics import Metrics
 from effect_broker.proxy.egress import EgressGuard
 from effect_broker.proxy.host_check import HostCheck
-from effect_broker.proxy.receipt_cache import ReceiptCache
 from effect_broker.proxy.state import ProxyState
 from effect_broker.proxy.tls_ca import CertificateAuthority, CertificateAuthorityError
 from effect_broker.store import Store
@@ -116,6 +116,7 @@ async def open_runtime(
                 },
             )
             engine = Engine(wiring, owner=worker_name(role))
+            receipts = ReceiptCache(settings.receipt_cache_bytes)
             yield ProxyState(
                 config=config,
                 store=store,
@@ -127,11 +128,12 @@ async def open_runtime(
                 gateway=TenantResolver(store) if settings.gateway else None,
                 max_request_bytes=settings.max_request_bytes,
                 metrics=metrics,
-                receipts=ReceiptCache(settings.receipt_cache_bytes),
+                receipts=receipts,
                 ca=ca,
                 mcp=McpEndpoint(
                     engine,
                     running_calls=store,
+                    receipts=receipts,
                     max_request_bytes=settings.max_request_bytes,
                 ),
                 injected=injected,

@@ -26,6 +26,7 @@ PURE_MODULES = [
     "crypto.py",
     "engine/policy.py",
     "engine/outcomes.py",
+    "answers/table.py",
     "demo/explorer/schedule.py",
     "demo/explorer/oracle.py",
 ]
@@ -179,6 +180,17 @@ def test_the_import_contracts_keep_the_demo_out_of_the_proxy(tmp_path: Path) -> 
             "from effect_broker.engine.policy import decide",
             "effect_broker.admin is not allowed to import effect_broker.engine.policy",
         ),
+        (
+            "answers/table.py",
+            "import effect_broker.proxy.flow",
+            "effect_broker.answers is not allowed to import effect_broker.proxy",
+        ),
+        (
+            "answers/intake.py",
+            "import effect_broker.engine.dispatch",
+            "effect_broker.answers is not allowed to import "
+            "effect_broker.engine.dispatch",
+        ),
     ],
     ids=[
         "admin->store",
@@ -187,6 +199,8 @@ def test_the_import_contracts_keep_the_demo_out_of_the_proxy(tmp_path: Path) -> 
         "proxy->asyncpg",
         "proxy->engine.dispatch",
         "admin->engine.policy",
+        "answers->proxy",
+        "answers->engine.dispatch",
     ],
 )
 def test_the_port_contracts_refuse_a_deliberate_violation(

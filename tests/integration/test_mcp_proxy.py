@@ -233,3 +233,32 @@ async def test_stateless_server_without_session(
             two = await s.call_tool("create_charge", arguments)
     assert structured(one) == structured(two)
     assert store.calls["create_charge"] == 1
+
+
+async def test_a_settled_call_retried_again_is_answered_from_memory(
+    database_url: str, tmp_path: Path
+) -> None:
+    """The receipt cache serves MCP retries as it serves HTTP ones: once a settled call
+    has been replayed, its next retry never reaches the engine (or the ledger)."""
+    store = ToolStore()
+    arguments = {"amount": 7, "currency": "eur", "operation_key": "order-7:charge"}
+    async with mcp_broker(database_url, tmp_path, store) as broker:
+        async with client(broker) as s:
+            first = await s.call_tool("create_charge", arguments)
+            await s.call_tool("create_charge", arguments)  # replayed: now in memory
+        engine = broker.state.engine
+        submitted: list[object] = []
+
+        async def refuse(intent: object) -> object:
+            submitted.append(intent)
+            raise AssertionError("a cached receipt must not reach the engine")
+
+        engine.submit = refuse  # type: ignore[method-assign]
+        async with client(broker) as s:
+            third = await s.call_tool("create_charge", arguments)
+            with pytest.raises(MCPError) as refused:
+                await s.call_tool("create_charge", {**arguments, "amount": 8})
+    assert submitted == []
+    assert store.calls["create_charge"] == 1
+    assert structured(third) == structured(first)
+    assert refused.value.error.data["type"].endswith("/payload-mismatch")

@@ -16,18 +16,16 @@ from effect_broker.engine.messages import StoredRequest, StoredResponse
 from effect_broker.engine.protocol import COMPLETE
 from effect_broker.errors import ConfigError
 from effect_broker.mcp.answers import McpProtocol
+from effect_broker.mcp.calls import fingerprint_body, take_operation_key, tool_call
 from effect_broker.mcp.jsonrpc import (
     HEADER_MISMATCH,
     Refusal,
     check_routing_headers,
     find_response,
-    fingerprint_body,
     parse_message,
     replace_sse_response,
     revision_of,
     shaped_for,
-    take_operation_key,
-    tool_call,
 )
 from effect_broker.mcp.tools_schema import mirror_tools
 from effect_broker.models import Effect, EffectStatus, SafetyClass

@@ -7,14 +7,14 @@ import dataclasses
 import uuid
 from datetime import UTC, datetime, timedelta
 
-from effect_broker.engine.messages import StoredResponse
-from effect_broker.models import Effect, EffectStatus, ReceiptSource, SafetyClass
-from effect_broker.proxy.receipt_cache import (
+from effect_broker.answers.receipts import (
     ENTRY_OVERHEAD,
     ReceiptCache,
     SettledReplay,
     prunable_at,
 )
+from effect_broker.engine import StoredResponse
+from effect_broker.models import Effect, EffectStatus, ReceiptSource, SafetyClass
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 EFFECT = Effect(

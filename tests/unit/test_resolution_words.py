@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from effect_broker.answers import MCP, as_jsonrpc, operator_answer
 from effect_broker.engine.messages import StoredResponse
 from effect_broker.engine.resolution import (
     CONSEQUENCES,
@@ -23,7 +24,7 @@ from effect_broker.engine.resolution import (
     plan,
     read_operator_receipt,
 )
-from effect_broker.mcp import render
+from effect_broker.mcp.render import error_code
 from effect_broker.models import Effect, EffectStatus, SafetyClass
 
 S, C = EffectStatus, SafetyClass
@@ -114,7 +115,8 @@ def test_the_mcp_answer_uses_the_same_words(
 ) -> None:
     made = effect(C.UNSAFE, S.FAILED_FINAL)
 
-    answer = render._operator(made, resolved(C.UNSAFE, word), 7)
+    table = operator_answer(made, resolved(C.UNSAFE, word), MCP)
+    answer = as_jsonrpc(table, 7, error_code(table.error))
 
     assert answer.text is not None
     message = json.loads(answer.text)["error"]["data"]["message"]

@@ -39,9 +39,9 @@ from effect_broker.admin.views import (
     page_view,
     receipt_view,
 )
+from effect_broker.answers import Answer, as_response, failure_answer
 from effect_broker.engine import open_receipt
 from effect_broker.errors import (
-    BodyTooLarge,
     EffectBrokerError,
     EffectNotFound,
     MethodNotAllowed,
@@ -51,11 +51,11 @@ from effect_broker.errors import (
 )
 from effect_broker.history import fold_events
 from effect_broker.models import Effect
-from effect_broker.problems import problem_response
 from effect_broker.ratelimited_log import RateLimitedLog
 
 log = logging.getLogger("effect_broker.admin")
 quiet = RateLimitedLog(log)
+UNEXPECTED = "the admin API failed; the broker's log has the cause"
 
 
 def _json(body: BaseModel, *, status: int = 200) -> web.Response:
@@ -227,18 +227,17 @@ async def post_resolve(request: web.Request) -> web.Response:
 # -- the application --------------------------------------------------------------------
 
 
-def _http_problem(request: web.Request, exc: web.HTTPException) -> web.Response | None:
-    """aiohttp's own refusals, in the same problem+json shape as everything else."""
+def _router_answer(request: web.Request, exc: web.HTTPException) -> Answer | None:
+    """The admin router's own refusals (no such route, another method), in the same
+    problem+json shape as everything else; the rest is ``failure_answer``'s."""
     if exc.status == 404:
-        return problem_response(RouteNotFound(f"no admin route {request.path}"))
+        return Answer(RouteNotFound(f"no admin route {request.path}"))
     if exc.status == 405:
         allow = exc.headers.get("Allow", "")
-        return problem_response(
+        return Answer(
             MethodNotAllowed(f"{request.path} takes {allow or 'other methods'}"),
             headers={"Allow": allow},
         )
-    if exc.status == 413:
-        return problem_response(BodyTooLarge("the request body is too large"))
     return None
 
 
@@ -247,13 +246,15 @@ async def problems(request: web.Request, handler: Handler) -> web.StreamResponse
     """Every error becomes problem+json here; no stack trace reaches a client."""
     try:
         return await handler(request)
-    except web.HTTPException as exc:
-        answer = _http_problem(request, exc)
+    except Exception as exc:
+        answer = (
+            _router_answer(request, exc) if isinstance(exc, web.HTTPException) else None
+        ) or failure_answer(exc, unexpected=UNEXPECTED)
         if answer is None:
             raise
-        return answer
-    except EffectBrokerError as exc:
-        if exc.status >= 500:
+        if not isinstance(exc, EffectBrokerError | web.HTTPException):
+            log.exception("%s %s failed", request.method, request.path)
+        elif isinstance(exc, EffectBrokerError) and exc.status >= 500:
             # A ledger outage fails every call (and every readiness probe) alike.
             quiet.error(
                 f"failed:{type(exc).__name__}",
@@ -262,12 +263,7 @@ async def problems(request: web.Request, handler: Handler) -> web.StreamResponse
                 request.path,
                 exc.message,
             )
-        return problem_response(exc)
-    except Exception:
-        log.exception("%s %s failed", request.method, request.path)
-        return problem_response(
-            EffectBrokerError("the admin API failed; the broker's log has the cause")
-        )
+        return as_response(answer)
 
 
 def build_admin_app(

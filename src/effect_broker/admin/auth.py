@@ -19,7 +19,6 @@ from effect_broker.admin.state import ADMIN_STATE
 from effect_broker.errors import (
     AdminTokenNotConfigured,
     EffectBrokerError,
-    TooManyFailedCredentials,
     Unauthorized,
 )
 from effect_broker.headers import credentials
@@ -83,10 +82,9 @@ async def _tenant(request: web.Request) -> str | web.Response:
             ),
             invalid=False,
         )
-    try:
-        tenant = await state.gateway.tenant_for_api_key(token, request.remote)
-    except TooManyFailedCredentials as exc:
-        return problem_response(exc, retry_after=exc.retry_after)
+    # Too many failed keys raises TooManyFailedCredentials: the admin API's problems
+    # middleware answers it as every front does (429 with Retry-After).
+    tenant = await state.gateway.tenant_for_api_key(token, request.remote)
     if tenant is None:
         return _refuse(
             Unauthorized("the bearer token is not a live API key of any tenant"),

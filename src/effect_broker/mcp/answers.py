@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 
+from effect_broker.answers import SERVER_REQUEST_CUT  # the cut's detail; worded there
 from effect_broker.config.contracts import Contract
 from effect_broker.engine import (
     COMPLETE,
@@ -48,9 +49,6 @@ from effect_broker.models import Effect, EffectStatus
 REFUSED_BEFORE_RUNNING = frozenset(
     {PARSE_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, INVALID_PARAMS}
 )
-# The attempt detail of a call cut at a server request; ``render`` words it for the
-# client (the method follows).
-SERVER_REQUEST_CUT = "the MCP server sent the client a request mid-call: "
 
 
 def content_type(response: StoredResponse) -> str | None:

@@ -22,10 +22,20 @@ from uuid import UUID
 import aiohttp
 from aiohttp import web
 
-from effect_broker.canonical import request_hash
+from effect_broker.answers import (
+    Payload,
+    ReceiptCache,
+    as_jsonrpc,
+    cached,
+    failure_answer,
+    intent,
+    is_absolute_form,
+    noted,
+    read_body,
+)
 from effect_broker.config.contracts import Route
 from effect_broker.config.paths import RequestPath
-from effect_broker.engine import Engine, Intent, Outcome, StoredRequest, upstream_url
+from effect_broker.engine import Engine, Intent, Outcome, upstream_url
 from effect_broker.errors import (
     BodyTooLarge,
     EffectBrokerError,
@@ -34,8 +44,13 @@ from effect_broker.errors import (
     StoreError,
     StoreUnavailable,
 )
-from effect_broker.headers import upstream_request_headers
 from effect_broker.mcp import forward as passing
+from effect_broker.mcp.calls import (
+    fingerprint_body,
+    forwarded_body,
+    take_operation_key,
+    tool_call,
+)
 from effect_broker.mcp.inflight import (
     CallScope,
     InFlightCalls,
@@ -50,16 +65,11 @@ from effect_broker.mcp.jsonrpc import (
     Refusal,
     RequestId,
     check_routing_headers,
-    fingerprint_body,
-    forwarded_body,
     parse_message,
     revision_of,
-    take_operation_key,
-    tool_call,
 )
 from effect_broker.mcp.progress import ProgressRelay, current_relay, wants_progress
-from effect_broker.mcp.render import json_response, render
-from effect_broker.problems import jsonrpc_problem
+from effect_broker.mcp.render import render
 
 log = logging.getLogger("effect_broker.mcp")
 
@@ -87,10 +97,14 @@ class McpEndpoint:
         engine: Engine,
         *,
         running_calls: RunningCallsTable,
+        receipts: ReceiptCache,
         max_request_bytes: int,
     ) -> None:
         self.engine = engine
         self.running_calls = running_calls
+        # Shared with the HTTP proxy: a settled effect's retry is answered from memory
+        # whichever adapter asks (the ledger keys effects by tenant and key alone).
+        self.receipts = receipts
         self.session: aiohttp.ClientSession = engine.wiring.session
         self.injected: Mapping[str, Mapping[str, str]] = engine.wiring.injected
         self.max_request_bytes = max_request_bytes
@@ -104,7 +118,7 @@ class McpEndpoint:
         self, request: web.Request, route: Route, tenant: str, path: RequestPath
     ) -> web.StreamResponse:
         assert route.mcp is not None
-        origin = str(request.url.origin()) if _absolute(request) else None
+        origin = str(request.url.origin()) if is_absolute_form(request) else None
         url = upstream_url(
             route, origin=origin, path=path, raw_query=request.rel_url.raw_query_string
         )
@@ -112,7 +126,7 @@ class McpEndpoint:
         if request.method != "POST":
             return await passing.forward(self.session, request, route, url, inject, None)
         try:
-            body = await self._read_body(request)
+            body = await read_body(request, self.max_request_bytes)
             message = parse_message(body)
             check_routing_headers(
                 message,
@@ -123,9 +137,7 @@ class McpEndpoint:
                 ),
             )
         except BodyTooLarge as exc:
-            response = _refused(exc, None, BODY_TOO_LARGE, status=413)
-            response.force_close()
-            return response
+            return _refused(exc, None, BODY_TOO_LARGE, status=413, close=True)
         except Refusal as refusal:
             return _refusal(refusal)
         if message.method == "tools/list":
@@ -181,52 +193,58 @@ class McpEndpoint:
             mcp.operation_key_argument,
             request.headers.get(route.operation_key_header),
         )
-        bound = route.bound(contract)
-        fingerprint = request_hash(
-            method="tools/call",
-            route=route.name,
-            path=path.text,
-            query=b"",
-            body=fingerprint_body(call, arguments),
-            contract_name=contract.name,
-            contract_version=contract.version,
-        )
-        headers = upstream_request_headers(
-            request.headers.items(),
-            operation_key_header=route.operation_key_header,
-            downstream_header=contract.downstream_header,
-            downstream_key=None,
-            inject={},
-        )
-        stored = StoredRequest("POST", url, headers, forwarded_body(message, arguments))
-        intent = Intent(
+        wanted = intent(
+            request,
             tenant=tenant,
-            operation_key=key,
-            request_hash=fingerprint,
-            route=bound,
-            request=stored,
+            key=key,
+            route=route.bound(contract),
+            path=path,
+            url=url,
+            payload=Payload(
+                method="tools/call",
+                query=b"",
+                hashed=fingerprint_body(call, arguments),
+                body=forwarded_body(message, arguments),
+            ),
             preview=_preview(path, call.name, body),
         )
+        relay: ProgressRelay | None = None
+        outcome = cached(self.receipts, wanted)
+        if outcome is None:
+            outcome, relay = await self._run(request, route, tenant, message, wanted)
+        outcome = noted(self.receipts, self.engine.wiring.metrics, wanted, outcome)
+        version = request.headers.get("MCP-Protocol-Version")
+        answer = await render(outcome, call.id, request, revision_of(message, version))
+        return answer if relay is None else await relay.finish(answer)
+
+    async def _run(
+        self,
+        request: web.Request,
+        route: Route,
+        tenant: str,
+        message: Message,
+        wanted: Intent,
+    ) -> tuple[Outcome, ProgressRelay | None]:
+        """The engine's work on a call, in a task of its own that outlives a client
+        that goes away, with the call's cancellations withheld while it runs."""
+        assert message.id is not None
         scope = _scope(request, route, tenant)
-        token = self.in_flight.begin(scope, call.id)
-        shared_for = self.engine.lease_for(contract) * SHARED_CALL_LEASES
+        token = self.in_flight.begin(scope, message.id)
+        shared_for = self.engine.lease_for(wanted.route.contract) * SHARED_CALL_LEASES
         params = message.body.get("params")
         meta = params.get("_meta") if isinstance(params, dict) else None
         relay = ProgressRelay(request) if wants_progress(request, meta) else None
         relayed = current_relay.set(relay)  # the engine's task starts with a copy
         try:
             task = asyncio.ensure_future(
-                self._submit_shared(intent, call_key(scope, call.id), shared_for)
+                self._submit_shared(wanted, call_key(scope, message.id), shared_for)
             )
         finally:
             current_relay.reset(relayed)
         self._running.add(task)
         task.add_done_callback(self._running.discard)
         task.add_done_callback(lambda _: self.in_flight.end(token))
-        outcome = await asyncio.shield(task)
-        version = request.headers.get("MCP-Protocol-Version")
-        answer = await render(outcome, call.id, request, revision_of(message, version))
-        return answer if relay is None else await relay.finish(answer)
+        return await asyncio.shield(task), relay
 
     async def _submit_shared(
         self, intent: Intent, key: bytes, expires_in: timedelta
@@ -262,23 +280,6 @@ class McpEndpoint:
                 "withheld a cancellation the ledger could not check (%s)", exc.message
             )
             return True
-
-    async def _read_body(self, request: web.Request) -> bytes:
-        limit = self.max_request_bytes
-        if request.content_length is not None and request.content_length > limit:
-            raise BodyTooLarge(
-                f"the body is {request.content_length} bytes; this proxy accepts {limit}"
-            )
-        body = bytearray()
-        async for chunk in request.content.iter_chunked(64 * 1024):
-            body += chunk
-            if len(body) > limit:
-                raise BodyTooLarge(f"the body is larger than the {limit} bytes accepted")
-        return bytes(body)
-
-
-def _absolute(request: web.Request) -> bool:
-    return request.raw_path.startswith(("http://", "https://"))
 
 
 def _scope(request: web.Request, route: Route, tenant: str) -> CallScope:
@@ -328,6 +329,13 @@ def _refused(
     code: int,
     *,
     status: int = 200,
+    close: bool = False,
 ) -> web.Response:
-    answer = jsonrpc_problem(error, request_id=request_id, code=code, status=status)
-    return json_response(answer)
+    """A refusal as a JSON-RPC error: the problem the shared mapping gives ``error``
+    (``answers.failures``), framed under ``code`` at the transport's ``status``."""
+    answer = failure_answer(error)
+    assert answer is not None  # an EffectBrokerError is always a failure
+    response = as_jsonrpc(answer, request_id, code, status=status)
+    if close:
+        response.force_close()
+    return response

@@ -12,7 +12,6 @@ import base64
 import binascii
 import json
 import re
-import unicodedata
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -38,7 +37,6 @@ BODY_TOO_LARGE = -32015
 RESOLVED_BY_OPERATOR = -32016
 PROXY_ERROR = -32017
 
-MAX_OPERATION_KEY = 255
 PROGRESS = "notifications/progress"
 # Methods whose Mcp-Name header names a body parameter (sessionless revision).
 NAME_BEARING = {"tools/call": "name", "prompts/get": "name", "resources/read": "uri"}
@@ -69,13 +67,6 @@ class Message:
     @property
     def is_request(self) -> bool:
         return self.method is not None and "id" in self.body
-
-
-@dataclass(frozen=True, slots=True)
-class ToolCall:
-    id: RequestId
-    name: str
-    arguments: dict[str, Any]
 
 
 def parse_message(body: bytes) -> Message:
@@ -116,83 +107,6 @@ def parse_message(body: bytes) -> Message:
             INVALID_REQUEST, "the method must be a non-empty string", request_id
         )
     return Message(value, method, request_id)
-
-
-def tool_call(message: Message) -> ToolCall:
-    """The name and arguments of a ``tools/call`` request."""
-    if message.id is None:
-        raise Refusal(INVALID_REQUEST, "tools/call is a request: it needs an id")
-    params = message.body.get("params")
-    if not isinstance(params, dict):
-        raise Refusal(INVALID_PARAMS, "tools/call needs params: an object", message.id)
-    name = params.get("name")
-    if not isinstance(name, str) or not name:
-        raise Refusal(
-            INVALID_PARAMS, "tools/call needs params.name: the tool's name", message.id
-        )
-    arguments = params.get("arguments", {})
-    if not isinstance(arguments, dict):
-        raise Refusal(
-            INVALID_PARAMS, "tools/call params.arguments must be an object", message.id
-        )
-    return ToolCall(message.id, name, arguments)
-
-
-def take_operation_key(
-    call: ToolCall, argument: str, header_value: str | None
-) -> tuple[str, dict[str, Any]]:
-    """The operation key and the arguments without it (what the target receives).
-
-    The key comes from the argument the proxy added to the schema, or from the
-    ``Operation-Key`` header; when both are sent they must agree.
-    """
-    rest = {name: value for name, value in call.arguments.items() if name != argument}
-    given = call.arguments.get(argument)
-    if given is not None and not isinstance(given, str):
-        raise Refusal(
-            INVALID_PARAMS, f"the argument {argument!r} must be a string", call.id
-        )
-    if given and header_value and given != header_value:
-        raise Refusal(
-            INVALID_PARAMS,
-            f"the argument {argument!r} and the Operation-Key header disagree; send one",
-            call.id,
-        )
-    key = given or header_value
-    if not key:
-        raise Refusal(
-            INVALID_PARAMS,
-            f"tool {call.name!r} has side effects: add the argument {argument!r}, a "
-            "string naming this intent (e.g. 'order-42:charge'), and send the same "
-            "value on every retry of it",
-            call.id,
-        )
-    problem = key_problem(key)
-    if problem is not None:
-        raise Refusal(INVALID_PARAMS, f"{argument}: {problem}", call.id)
-    return key, rest
-
-
-def key_problem(key: str) -> str | None:
-    if len(key) > MAX_OPERATION_KEY:
-        return f"the key is {len(key)} characters long; the limit is {MAX_OPERATION_KEY}"
-    if any(unicodedata.category(ch) in ("Cc", "Cs") for ch in key):
-        return "the key must be printable text without control characters"
-    return None
-
-
-def fingerprint_body(call: ToolCall, arguments: dict[str, Any]) -> bytes:
-    """What binds a key to its intent: the tool and its arguments (RFC 8785), never the
-    JSON-RPC id, ``_meta``, the session or the progress token, which change per try."""
-    document = {"tool": call.name, "arguments": arguments}
-    return canonical_json(json.dumps(document, ensure_ascii=False).encode())
-
-
-def forwarded_body(message: Message, arguments: dict[str, Any]) -> bytes:
-    """The request as the target receives it: the operation key argument removed."""
-    params = dict(message.body["params"])
-    params["arguments"] = arguments
-    return json.dumps({**message.body, "params": params}).encode()
 
 
 def correlated_id(request_id: RequestId) -> RequestId:

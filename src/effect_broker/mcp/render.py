@@ -9,22 +9,10 @@ problem documents, in ``error.data``.
 
 from __future__ import annotations
 
-from typing import Any
-
 from aiohttp import web
 
-from effect_broker.engine import (
-    Answered,
-    Busy,
-    Conflict,
-    NotSent,
-    Outcome,
-    Replayed,
-    StoredResponse,
-    Unknowable,
-    Unknown,
-    read_operator_receipt,
-)
+from effect_broker.answers import MCP, Relay, answer_for, as_jsonrpc, stream_overflow
+from effect_broker.engine import Answered, Outcome, StoredResponse
 from effect_broker.errors import (
     EffectBrokerError,
     InFlight,
@@ -32,35 +20,47 @@ from effect_broker.errors import (
     PayloadMismatch,
     ResolvedByOperator,
     SendWithheld,
+    UpstreamBusy,
+    UpstreamTLS,
     UpstreamUnreachable,
 )
-from effect_broker.mcp.answers import SERVER_REQUEST_CUT, content_type
+from effect_broker.headers import REPLAYED_HEADER
+from effect_broker.mcp.answers import content_type
 from effect_broker.mcp.jsonrpc import (
     IN_FLIGHT,
     NOT_SENT,
     OUTCOME_UNKNOWN,
     PAYLOAD_MISMATCH,
+    PROXY_ERROR,
     RESOLVED_BY_OPERATOR,
     RequestId,
     find_response,
     result_document,
     shaped_for,
 )
-from effect_broker.models import Effect, ReceiptSource, SafetyClass
-from effect_broker.problems import Problem, effect_headers, jsonrpc_problem
+from effect_broker.models import Effect
+from effect_broker.problems import effect_headers
 
-REPLAYED_HEADER = "Idempotent-Replayed"
+# A result streamed past a receipt's size is framed anew for this client.
+_REFRAMED = ("content-length", "transfer-encoding")
 # Upstream headers that describe the first answer's framing, or its session.
 _NOT_COPIED = {"content-length", "content-type", "transfer-encoding", "content-encoding"}
+#: The JSON-RPC error code of each problem the shared table can answer with.
+CODES: dict[type[EffectBrokerError], int] = {
+    PayloadMismatch: PAYLOAD_MISMATCH,
+    InFlight: IN_FLIGHT,
+    OutcomeUnknown: OUTCOME_UNKNOWN,
+    ResolvedByOperator: RESOLVED_BY_OPERATOR,
+    UpstreamBusy: NOT_SENT,
+    SendWithheld: NOT_SENT,
+    UpstreamTLS: NOT_SENT,
+    UpstreamUnreachable: NOT_SENT,
+}
 
 
-def json_response(answer: Problem) -> web.Response:
-    return web.Response(
-        status=answer.status,
-        body=answer.body,
-        headers=answer.headers,
-        content_type="application/json",
-    )
+def error_code(error: EffectBrokerError) -> int:
+    """The server-defined JSON-RPC code that names ``error``'s problem."""
+    return CODES.get(type(error), PROXY_ERROR)
 
 
 async def render(
@@ -69,63 +69,23 @@ async def render(
     request: web.Request,
     revision: str | None = None,
 ) -> web.StreamResponse:
-    """The outcome as this client's answer; a result in the shape of the client's
-    ``revision`` (``jsonrpc.shaped_for``), whichever revision recorded it."""
-    effect = outcome.effect
-    match outcome:
-        case Answered(attempt=attempt) if attempt.overflow is not None:
-            return await _stream_overflow(outcome, request)
-        case Answered(attempt=attempt):
-            assert attempt.response is not None
-            return _result(
-                attempt.response, effect, request_id, replayed=False, revision=revision
-            )
-        case Replayed(source=ReceiptSource.OPERATOR, response=response):
-            return _operator(effect, response, request_id)
-        case Replayed(response=response):
-            return _result(response, effect, request_id, replayed=True, revision=revision)
-        case Conflict():
-            return _error(
-                PayloadMismatch(
-                    "this operation key was first used with different arguments; use a "
-                    "new key for a new intent, or resend the original arguments"
-                ),
-                effect,
-                request_id,
-                PAYLOAD_MISMATCH,
-            )
-        case Busy(reason=reason, retry_after=retry_after):
-            return _error(
-                InFlight(f"this tool call is {reason}"),
-                effect,
-                request_id,
-                IN_FLIGHT,
-                retry_after=retry_after,
-            )
-        case NotSent(detail=detail, retry_after=retry_after, withheld=True):
-            return _error(
-                SendWithheld(
-                    f"{detail}; calling again with the same operation key is safe"
-                ),
-                effect,
-                request_id,
-                NOT_SENT,
-                retry_after=retry_after,
-            )
-        case NotSent(detail=detail, retry_after=retry_after):
-            return _error(
-                UpstreamUnreachable(
-                    f"could not reach the MCP server ({detail}); nothing was sent, so "
-                    "calling again with the same operation key is safe"
-                ),
-                effect,
-                request_id,
-                NOT_SENT,
-                retry_after=retry_after,
-            )
-        case Unknown():
-            return _unknown(outcome, request_id)
-    raise AssertionError(f"unhandled outcome {outcome!r}")
+    """The outcome as this client's answer, as the shared table (``answers``) words it
+    for MCP; a result in the shape of the client's ``revision`` (``jsonrpc.shaped_for``),
+    whichever revision recorded it, and a refusal as a JSON-RPC error whose
+    ``error.data`` is the problem document the HTTP proxy would have sent."""
+    if isinstance(outcome, Answered) and outcome.attempt.overflow is not None:
+        # As the server sent it, framed anew for this client.
+        return await stream_overflow(outcome, request, dropped=_REFRAMED, reason=False)
+    answer = answer_for(outcome, MCP)
+    if isinstance(answer, Relay):
+        return _result(
+            answer.response,
+            answer.effect,
+            request_id,
+            replayed=answer.replayed,
+            revision=revision,
+        )
+    return as_jsonrpc(answer, request_id, error_code(answer.error))
 
 
 def _result(
@@ -157,124 +117,4 @@ def _result(
     out.headers.update(effect_headers(effect))
     if replayed:
         out.headers[REPLAYED_HEADER] = "true"
-    return out
-
-
-def _error(
-    error: EffectBrokerError,
-    effect: Effect,
-    request_id: RequestId,
-    code: int,
-    **options: Any,
-) -> web.Response:
-    return json_response(
-        jsonrpc_problem(error, request_id=request_id, code=code, effect=effect, **options)
-    )
-
-
-def _unknown(outcome: Unknown, request_id: RequestId) -> web.Response:
-    effect = outcome.effect
-    if outcome.detail.startswith(SERVER_REQUEST_CUT):
-        return _error(
-            OutcomeUnknown(_server_request_detail(outcome)),
-            effect,
-            request_id,
-            OUTCOME_UNKNOWN,
-            retry_helps=False,  # a resend would stop at the same question
-        )
-    if outcome.why in (Unknowable.TIMED_OUT, Unknowable.LOST):
-        if effect.safety is SafetyClass.UNSAFE:
-            advice = "It will not be sent again; an operator resolves it."
-        else:
-            advice = "Calling again with the same operation key is safe."
-        detail = (
-            f"the MCP server may have run this tool call, but its answer was lost "
-            f"({outcome.detail}). {advice}"
-        )
-        retry_helps = effect.safety is not SafetyClass.UNSAFE
-    elif outcome.why is Unknowable.AWAITING_OPERATOR:
-        detail = (
-            f"whether this tool call happened is unknown ({outcome.detail}); it will "
-            "not be sent again: do not call it under a new key before an operator "
-            "has checked the server"
-        )
-        retry_helps = False
-    else:
-        detail = f"{outcome.detail}; it was not sent again"
-        retry_helps = True
-    return _error(
-        OutcomeUnknown(detail),
-        effect,
-        request_id,
-        OUTCOME_UNKNOWN,
-        retry_after=outcome.retry_after,
-        retry_helps=retry_helps,
-    )
-
-
-def _server_request_detail(outcome: Unknown) -> str:
-    """Why a call cut at a server request is unknown, and what to change."""
-    method = outcome.detail.removeprefix(SERVER_REQUEST_CUT)
-    if outcome.effect.safety is SafetyClass.UNSAFE:
-        advice = "It will not be sent again; an operator resolves it."
-    else:
-        advice = (
-            "Calling again with the same operation key is safe, but the server "
-            "will ask again."
-        )
-    return (
-        f"the MCP server asked the client for input mid-call ({method}); effect-broker "
-        "does not relay server requests on a recorded tool call, so it stopped "
-        "reading there and the tool may or may not have acted before asking. "
-        f"{advice} Tools that ask for input work through the proxy on the "
-        "2026-07-28 revision, where the question comes back as an input_required "
-        "result"
-    )
-
-
-def _operator(
-    effect: Effect, receipt: StoredResponse, request_id: RequestId
-) -> web.Response:
-    verdict = read_operator_receipt(receipt)
-    if verdict.happened:
-        message = "this tool call happened, as an operator confirmed: do not call again"
-    elif verdict.proven_absent:
-        message = (
-            "an operator proved this tool call did not happen; if it is still wanted, "
-            "you may call it again under a new operation key"
-        )
-    else:
-        message = (
-            "an operator abandoned this tool call without finding out whether it "
-            "happened: it may have happened. Calling it again under a new operation "
-            "key risks doing it twice, so check first"
-        )
-    return _error(
-        ResolvedByOperator(f"{message}. The operator's reason: {verdict.reason}"),
-        effect,
-        request_id,
-        RESOLVED_BY_OPERATOR,
-        message=message,
-        extra={"resolution": verdict.resolution.value, "reason": verdict.reason},
-    )
-
-
-async def _stream_overflow(outcome: Answered, request: web.Request) -> web.StreamResponse:
-    """A result longer than a receipt holds: this client gets all of it, live, as the
-    server sent it (its receipt records the call without the body)."""
-    attempt = outcome.attempt
-    assert attempt.response is not None and attempt.overflow is not None
-    out = web.StreamResponse(status=attempt.response.status)
-    for name, value in attempt.response.headers:
-        if name.lower() not in ("content-length", "transfer-encoding"):
-            out.headers.add(name, value)
-    out.headers.update(effect_headers(outcome.effect))
-    try:
-        await out.prepare(request)
-        await out.write(attempt.response.body)
-        async for chunk in attempt.overflow.content.iter_any():
-            await out.write(chunk)
-        await out.write_eof()
-    finally:
-        attempt.release()
     return out

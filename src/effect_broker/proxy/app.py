@@ -8,34 +8,37 @@ from __future__ import annotations
 
 import json
 import logging
+from dataclasses import replace
 
 from aiohttp import HttpVersion11, hdrs, web
 from aiohttp.typedefs import Handler
 from yarl import URL
 
+from effect_broker.answers import (
+    as_response,
+    check_length,
+    failure_answer,
+    is_absolute_form,
+)
 from effect_broker.config.contracts import Route
 from effect_broker.config.paths import RequestPath, normalize_path, split_target
 from effect_broker.config.routing import is_mutating
 from effect_broker.dialects import translate
 from effect_broker.engine import upstream_url
 from effect_broker.errors import (
-    BodyTooLarge,
     EffectBrokerError,
     MalformedRequest,
     MisdirectedRequest,
-    ProxyAuthenticationRequired,
-    RequestTimeout,
     RouteNotFound,
     RouteRefused,
     StoreError,
     StoreUnavailable,
-    TooManyFailedCredentials,
 )
 from effect_broker.problems import PROBLEM_DOCUMENT, problem_response
 from effect_broker.proxy.body_deadline import body_deadline
 from effect_broker.proxy.edge import EDGE_LIMITS, EdgeLimits
 from effect_broker.proxy.edge_input import check_path, printable
-from effect_broker.proxy.flow import EffectRequest, is_absolute_form
+from effect_broker.proxy.flow import EffectRequest
 from effect_broker.proxy.intercept import tunnel_of
 from effect_broker.proxy.passthrough import pass_through
 from effect_broker.proxy.prefixes import (
@@ -160,22 +163,16 @@ async def expect_continue(request: web.Request) -> web.StreamResponse | None:
         )
     try:
         route = match(request, state, request_path(request), forward=is_forward(request))
-    except EffectBrokerError as exc:
-        response = problem_response(exc)
-        response.force_close()
-        return response
-    limit = (
-        state.max_request_bytes
-        if route is not None
-        else request.app[EDGE_LIMITS].max_passthrough_bytes
-    )
-    length = request.content_length
-    if length is not None and length > limit:
-        response = problem_response(
-            BodyTooLarge(f"the body is {length} bytes; this proxy accepts {limit}")
+        limit = (
+            state.max_request_bytes
+            if route is not None
+            else request.app[EDGE_LIMITS].max_passthrough_bytes
         )
-        response.force_close()
-        return response
+        check_length(request.content_length, limit)
+    except EffectBrokerError as exc:
+        answer = failure_answer(exc)
+        assert answer is not None  # an EffectBrokerError is always a failure
+        return as_response(replace(answer, close=True))  # never invite the body
     if request.version == HttpVersion11:
         await request.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
     return None
@@ -329,47 +326,28 @@ def in_client_dialect(
 
 
 async def answer_or_problem(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """The handler's answer, or the problem every error it raises becomes."""
+    """The handler's answer, or the problem every error it raises becomes
+    (``answers.failure_answer``); only what is logged and counted is decided here."""
     try:
         return await handler(request)
-    except StoreUnavailable as exc:
-        store_log.error("store-unavailable", "ledger unavailable: %s", exc)
-        request.app[PROXY_STATE].metrics.store_unavailable.labels("proxy").inc()
-        return problem_response(
-            StoreUnavailable("the ledger database is unreachable; nothing was sent"),
-        )
-    except StoreError as exc:
-        store_log.error("store-error", "the ledger refused an operation: %s", exc)
-        return problem_response(
-            StoreError("the ledger refused the operation; the error is in the log")
-        )
-    except ProxyAuthenticationRequired as exc:
-        return problem_response(
-            exc, headers={"Proxy-Authenticate": 'Basic realm="effect-broker"'}
-        )
-    except TooManyFailedCredentials as exc:
-        return problem_response(exc, retry_after=exc.retry_after)
-    except RequestTimeout as exc:
-        response = problem_response(exc)
-        response.force_close()  # the rest of the body may still be on its way
-        return response
-    except EffectBrokerError as exc:
-        return problem_response(exc)
-    except web.HTTPRequestEntityTooLarge:
-        return problem_response(BodyTooLarge())
-    except web.HTTPException:
-        raise
     except Exception as exc:
-        store_log.error(
-            f"unexpected:{type(exc).__name__}",
-            "unexpected error on %s %s",
-            request.method,
-            printable(request.path),
-            exc_info=exc,
-        )
-        return problem_response(
-            EffectBrokerError("the proxy failed unexpectedly; the error is in its log")
-        )
+        answer = failure_answer(exc)
+        if answer is None:
+            raise
+        if isinstance(exc, StoreUnavailable):
+            store_log.error("store-unavailable", "ledger unavailable: %s", exc)
+            request.app[PROXY_STATE].metrics.store_unavailable.labels("proxy").inc()
+        elif isinstance(exc, StoreError):
+            store_log.error("store-error", "the ledger refused an operation: %s", exc)
+        elif not isinstance(exc, EffectBrokerError | web.HTTPException):
+            store_log.error(
+                f"unexpected:{type(exc).__name__}",
+                "unexpected error on %s %s",
+                request.method,
+                printable(request.path),
+                exc_info=exc,
+            )
+        return as_response(answer)
 
 
 def build_proxy_app(

@@ -26,6 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import cast
 
+from effect_broker.answers import as_bytes, failure_answer
 from effect_broker.config.hosts import host_key, lookup_refusal
 from effect_broker.errors import (
     EffectBrokerError,
@@ -36,7 +37,6 @@ from effect_broker.errors import (
     TooManyConnections,
     UpstreamUnreachable,
 )
-from effect_broker.problems import problem_bytes
 from effect_broker.proxy import h2_refusal
 from effect_broker.proxy.edge import ConnectionGate
 from effect_broker.proxy.edge_input import printable
@@ -345,7 +345,11 @@ class FrontProtocol(asyncio.Protocol):
             self._transport.resume_reading()
 
     def _answer_and_close(self, error: EffectBrokerError) -> None:
+        """``error`` as the shared mapping answers it (``answers.failure_answer``),
+        written on the raw socket, which is then closed."""
         assert self._transport is not None
         self._stop_head_timer()
-        self._transport.write(problem_bytes(error))
+        answer = failure_answer(error)
+        assert answer is not None  # an EffectBrokerError is always a failure
+        self._transport.write(as_bytes(answer))
         self._transport.close()

@@ -23,22 +23,23 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from aiohttp import web
 from aiohttp.web_protocol import RequestHandler
 from aiohttp.web_request import BaseRequest
 
+from effect_broker.answers import as_response, failure_answer
 from effect_broker.config.settings import Settings
-from effect_broker.errors import EffectBrokerError, MalformedRequest, RequestTimeout
-from effect_broker.problems import problem_response
+from effect_broker.errors import RequestTimeout
 from effect_broker.ratelimited_log import RateLimitedLog
 
 log = logging.getLogger("effect_broker.edge")
 quiet = RateLimitedLog(log)
 
 ACCEPT_FAILED = "socket.accept() out of system resource"
+UNEXPECTED = "the proxy failed unexpectedly; see its log"
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,11 +125,10 @@ class EdgeRequestHandler(RequestHandler):
         message: str | None = None,
     ) -> web.StreamResponse:
         # aiohttp's messages for a malformed request quote the offending bytes, which
-        # may be a credential: log the kind of error only.
+        # may be a credential: log the kind of error only (so does the answer).
         kind = type(exc).__name__ if exc is not None else "error"
         if status >= 500:
             quiet.error("request-error", "failed to handle a request: %s", kind)
-            error = EffectBrokerError("the proxy failed unexpectedly; see its log")
         else:
             quiet.warning(
                 "malformed-request",
@@ -137,15 +137,11 @@ class EdgeRequestHandler(RequestHandler):
                 kind,
                 status,
             )
-            error = MalformedRequest(
-                f"the request is not valid HTTP/1.1 ({kind}); nothing was forwarded or "
-                "recorded. Check the request line, header names and values, and framing"
-            )
         if request.writer.output_size > 0:
             raise ConnectionError("an answer was already started; cannot send another")
-        response = problem_response(error, status=status)
-        response.force_close()
-        return response
+        answer = failure_answer(exc, status=status, unexpected=UNEXPECTED)
+        assert answer is not None  # a parser's error is never an HTTP exception
+        return as_response(replace(answer, close=True))  # the framing is lost
 
 
 def handler_factory(

@@ -35,6 +35,7 @@ from aiohttp import web
 from aiohttp.http_parser import RawRequestMessage
 from yarl import URL
 
+from effect_broker.answers import as_bytes, failure_answer
 from effect_broker.config.hosts import canonical_host, split_authority
 from effect_broker.errors import (
     EffectBrokerError,
@@ -42,7 +43,6 @@ from effect_broker.errors import (
     ProxyAuthenticationRequired,
     TooManyFailedCredentials,
 )
-from effect_broker.problems import problem_bytes
 from effect_broker.proxy.edge import ConnectionGate, EdgeRequestHandler
 from effect_broker.proxy.leaves import LeafContexts
 from effect_broker.proxy.sniff import looks_like_tls, peek_first_byte
@@ -219,13 +219,8 @@ class Interception:
                 tenant = await self.gateway.tenant_for(
                     proxy_authorization(head), peer_address(transport)
                 )
-            except ProxyAuthenticationRequired as exc:
-                _refuse(
-                    transport, exc, {"Proxy-Authenticate": 'Basic realm="effect-broker"'}
-                )
-                return False
-            except TooManyFailedCredentials as exc:
-                transport.write(problem_bytes(exc, retry_after=exc.retry_after))
+            except (ProxyAuthenticationRequired, TooManyFailedCredentials) as exc:
+                _refuse(transport, exc)  # with its challenge, or its Retry-After
                 return False
         if rest:
             _refuse(
@@ -330,9 +325,8 @@ def proxy_authorization(head: bytes) -> str | None:
     return None
 
 
-def _refuse(
-    transport: asyncio.Transport,
-    error: EffectBrokerError,
-    headers: dict[str, str] | None = None,
-) -> None:
-    transport.write(problem_bytes(error, headers=headers))
+def _refuse(transport: asyncio.Transport, error: EffectBrokerError) -> None:
+    """``error`` as the shared mapping answers it (``answers.failure_answer``)."""
+    answer = failure_answer(error)
+    assert answer is not None  # an EffectBrokerError is always a failure
+    transport.write(as_bytes(answer))

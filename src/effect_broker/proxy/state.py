@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 import aiohttp
 from aiohttp import web
 
+from effect_broker.answers import ReceiptCache
 from effect_broker.config.contracts import Route
 from effect_broker.config.paths import RequestPath
 from effect_broker.config.routes_config import RoutesConfig
@@ -16,7 +17,6 @@ from effect_broker.engine import Engine, LedgerReader
 from effect_broker.metrics import Metrics
 from effect_broker.proxy.egress import EgressGuard
 from effect_broker.proxy.host_check import HostCheck
-from effect_broker.proxy.receipt_cache import ReceiptCache
 from effect_broker.proxy.tls_ca import CertificateAuthority
 from effect_broker.tenancy import TenantResolver
 

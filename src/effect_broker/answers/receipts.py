@@ -10,15 +10,21 @@ A copy is only good while the ledger still holds the effect: once the reconciler
 have pruned it (past ``ledger_retention``), the key starts a new effect there, and the
 cache must not answer for it with the old receipt. Each entry therefore expires when
 the ledger may first prune its effect.
+
+Both adapters go through ``cached`` before the engine and ``noted`` after it, so an MCP
+retry of a settled tool call is answered from memory exactly as an HTTP retry is, and
+both count their replays and conflicts alike. The ledger keys effects by tenant and
+operation key whatever the adapter, and so does the cache.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
-from effect_broker.engine import StoredResponse
+from effect_broker.engine import Conflict, Intent, Outcome, Replayed, StoredResponse
+from effect_broker.metrics import Metrics
 from effect_broker.models import Effect, ReceiptSource
 
 ENTRY_OVERHEAD = 512  # rough bytes per entry beyond headers and body
@@ -80,3 +86,36 @@ def prunable_at(effect: Effect, ledger_retention: timedelta) -> datetime:
     if effect.retention_deadline is not None:
         at = max(at, effect.retention_deadline)
     return at
+
+
+def cached(receipts: ReceiptCache, intent: Intent) -> Outcome | None:
+    """The outcome of a retry of a settled effect this process replayed before, without
+    the ledger: its receipt, or a conflict if the key was bound to another payload."""
+    entry = receipts.get(intent.tenant, intent.operation_key, now=datetime.now(UTC))
+    if entry is None:
+        return None
+    if entry.effect.request_hash != intent.request_hash:
+        return Conflict(entry.effect)
+    return Replayed(entry.effect, entry.response, entry.source)
+
+
+def noted(
+    receipts: ReceiptCache, metrics: Metrics, intent: Intent, outcome: Outcome
+) -> Outcome:
+    """``outcome``, counted, and kept in the cache if it is a replay (so the next retry
+    of it is answered from memory)."""
+    route = intent.route
+    if isinstance(outcome, Replayed):
+        metrics.replays.labels(route.name).inc()
+        retention = route.contract.ledger_retention
+        receipts.put(
+            SettledReplay(
+                outcome.effect,
+                outcome.response,
+                outcome.source,
+                prunable_at(outcome.effect, retention),
+            )
+        )
+    elif isinstance(outcome, Conflict):
+        metrics.conflicts.labels(route.name).inc()
+    return outcome

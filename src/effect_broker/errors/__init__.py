@@ -1,38 +1,34 @@
-"""Every error effect-broker raises on purpose, in one flat module.
+"""Every error effect-broker raises on purpose, in one flat namespace.
 
 Each class carries a stable problem ``type`` slug (RFC 9457) and the HTTP status that
 fits, so the proxy and the admin API map errors to answers in one place. The docstring
 of each class is its default message. The hierarchy is flat on purpose: callers catch
-the one error they can act on, or ``EffectBrokerError``.
+the one error they can act on, or ``EffectBrokerError``. The root lives in ``base``
+and the admin API's refusals in ``admin``; every name is imported from here.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
 
-PROBLEM_TYPE_BASE = "https://effect-broker.dev/problems/"
-
-
-class EffectBrokerError(Exception):
-    """effect-broker could not complete the operation."""
-
-    problem_type: str = "internal-error"
-    status: int = 500
-    # Whether the same request, sent again later, can succeed: SDKs read it from the
-    # x-should-retry / Stripe-Should-Retry headers instead of guessing from the status.
-    retry_helps: bool = False
-    extra: Mapping[str, Any] = {}  # members of the problem document beyond the standard
-
-    def __init__(self, message: str | None = None) -> None:
-        self.message = message or (self.__doc__ or "").strip()
-        super().__init__(self.message)
-
-    @property
-    def type_uri(self) -> str:
-        return PROBLEM_TYPE_BASE + self.problem_type
+from effect_broker.errors.admin import (
+    AdminTokenNotConfigured,
+    AlreadySettled,
+    InvalidParameter,
+    InvalidResolution,
+    MethodNotAllowed,
+    NoReceipt,
+    NotReconcilable,
+    NotResolvable,
+    RequeueRefused,
+    Unauthorized,
+)
+from effect_broker.errors.base import (
+    PROBLEM_TYPE_BASE,
+    DetailedProblem,
+    EffectBrokerError,
+)
 
 
 class CanonicalizationError(EffectBrokerError):
@@ -320,86 +316,54 @@ class StoreError(EffectBrokerError):
     status = 500
 
 
-# -- the admin API ----------------------------------------------------------------
-
-
-class NoReceipt(EffectBrokerError):
-    """This effect has no receipt yet."""
-
-    problem_type = "no-receipt"
-    status = 404
-
-
-class MethodNotAllowed(EffectBrokerError):
-    """This admin route does not take that method."""
-
-    problem_type = "method-not-allowed"
-    status = 405
-
-
-class Unauthorized(EffectBrokerError):
-    """The admin API needs a valid bearer token."""
-
-    problem_type = "unauthorized"
-    status = 401
-
-
-class AdminTokenNotConfigured(EffectBrokerError):
-    """The admin API is locked: no admin token is configured."""
-
-    problem_type = "admin-token-not-configured"
-    status = 401
-
-
-class DetailedProblem(EffectBrokerError):
-    """An error whose problem document names what was wrong, for clients to branch on."""
-
-
-class InvalidParameter(DetailedProblem):
-    """A query or path parameter is invalid."""
-
-    problem_type = "invalid-parameter"
-    status = 400
-
-    def __init__(self, parameter: str, message: str) -> None:
-        super().__init__(f"parameter {parameter!r} {message}")
-        self.extra = {"parameter": parameter}
-
-
-class InvalidResolution(DetailedProblem):
-    """The resolution request is incomplete or malformed."""
-
-    problem_type = "invalid-resolution"
-    status = 400
-
-    def __init__(self, field: str, message: str) -> None:
-        super().__init__(f"{field}: {message}")
-        self.extra = {"field": field}
-
-
-class RequeueRefused(EffectBrokerError):
-    """This effect's contract does not allow sending it again."""
-
-    problem_type = "requeue-refused"
-    status = 409
-
-
-class AlreadySettled(EffectBrokerError):
-    """The effect is already settled; its receipt is immutable."""
-
-    problem_type = "already-settled"
-    status = 409
-
-
-class NotResolvable(EffectBrokerError):
-    """Only an effect whose outcome is unknown or under review can be resolved."""
-
-    problem_type = "not-resolvable"
-    status = 409
-
-
-class NotReconcilable(EffectBrokerError):
-    """Nothing automatic can settle this effect now."""
-
-    problem_type = "not-reconcilable"
-    status = 409
+__all__ = [
+    "PROBLEM_TYPE_BASE",
+    "AdminTokenNotConfigured",
+    "AlreadySettled",
+    "BodyTooLarge",
+    "BrokenHistory",
+    "CanonicalizationError",
+    "ConfigError",
+    "DecryptionError",
+    "DetailedProblem",
+    "EffectBrokerError",
+    "EffectNotFound",
+    "EgressRefused",
+    "IllegalTransition",
+    "InFlight",
+    "InvalidMcpMessage",
+    "InvalidOperationKey",
+    "InvalidParameter",
+    "InvalidResolution",
+    "InvalidTenantName",
+    "MalformedRequest",
+    "MasterKeyError",
+    "MethodNotAllowed",
+    "MigrationError",
+    "MisdirectedRequest",
+    "MissingOperationKey",
+    "NoReceipt",
+    "NotReconcilable",
+    "NotResolvable",
+    "OutcomeUnknown",
+    "PayloadMismatch",
+    "ProxyAuthenticationRequired",
+    "ReceiptExists",
+    "RequestTimeout",
+    "RequeueRefused",
+    "ResolvedByOperator",
+    "RouteNotFound",
+    "RouteRefused",
+    "SendWithheld",
+    "StaleVersion",
+    "StoreError",
+    "StoreUnavailable",
+    "SuspectedDuplicate",
+    "TLSSetupError",
+    "TooManyConnections",
+    "TooManyFailedCredentials",
+    "Unauthorized",
+    "UpstreamBusy",
+    "UpstreamTLS",
+    "UpstreamUnreachable",
+]
