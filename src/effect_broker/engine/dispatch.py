@@ -21,6 +21,7 @@ from typing import Any
 from effect_broker import failpoints
 from effect_broker.config.contracts import Contract, Route
 from effect_broker.engine.fence import SendWindow
+from effect_broker.engine.follow import followed
 from effect_broker.engine.lookup import (
     Finding,
     Kit,
@@ -36,7 +37,7 @@ from effect_broker.engine.outcomes import (
 )
 from effect_broker.engine.policy import INSIDE_THE_PROXY
 from effect_broker.engine.probe import ProbeResult, ProbeVerdict, run_probe
-from effect_broker.engine.protocol import CutsShort, TargetProtocol
+from effect_broker.engine.protocol import CutsShort, Follows, TargetProtocol
 from effect_broker.engine.sealed import seal_response
 from effect_broker.engine.slots import NoFreeSlot
 from effect_broker.engine.stream import Ending, RecordedStream
@@ -180,6 +181,15 @@ class Dispatcher:
                 window=window,
                 streamable=protocol is None,
             )
+            if protocol is not None and isinstance(protocol, Follows):
+                attempt = await followed(
+                    protocol,
+                    self._session,
+                    request,
+                    attempt,
+                    contract.timeout,
+                    self._max_receipt_bytes,
+                )
         except NoFreeSlot as exc:
             attempt = AttemptResult(Delivery.NOT_SENT, detail=str(exc), saturated=True)
         except BaseException:
