@@ -116,6 +116,11 @@ async def open_runtime(
                 },
             )
             engine = Engine(wiring, owner=worker_name(role))
+            mcp = McpEndpoint(
+                engine,
+                running_calls=store,
+                max_request_bytes=settings.max_request_bytes,
+            )
             yield ProxyState(
                 config=config,
                 store=store,
@@ -129,11 +134,8 @@ async def open_runtime(
                 metrics=metrics,
                 receipts=ReceiptCache(settings.receipt_cache_bytes),
                 ca=ca,
-                mcp=McpEndpoint(
-                    engine,
-                    running_calls=store,
-                    max_request_bytes=settings.max_request_bytes,
-                ),
+                mcp=mcp,
+                on_shutdown=(mcp.streams.end,),
                 injected=injected,
                 host_check=HostCheck.configured(
                     listen=settings.listen,

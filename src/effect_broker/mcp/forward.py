@@ -26,6 +26,7 @@ from effect_broker.mcp.jsonrpc import (
     is_sse,
     replace_sse_response,
 )
+from effect_broker.mcp.streams import OpenStreams
 from effect_broker.mcp.tools_schema import mirror_tools
 from effect_broker.problems import jsonrpc_problem
 
@@ -92,8 +93,10 @@ async def forward(
     body: bytes | None,
     *,
     request_id: RequestId | None = None,
+    streams: OpenStreams | None = None,
 ) -> web.StreamResponse:
-    """Send as it came and stream the answer back, whatever its length."""
+    """Send as it came and stream the answer back, whatever its length. With
+    ``streams`` (the transport's GET) the answer also ends when the process stops."""
     try:
         upstream = await _open(
             session, request, url, _headers(request, route, inject), body
@@ -108,8 +111,11 @@ async def forward(
             if name.lower() not in ("content-length", "transfer-encoding"):
                 out.headers.add(name, value)
         await out.prepare(request)
-        async for chunk in upstream.content.iter_any():
-            await out.write(chunk)
+        if streams is not None:
+            await streams.relay(upstream, out)
+        else:
+            async for chunk in upstream.content.iter_any():
+                await out.write(chunk)
         await out.write_eof()
         return out
     finally:

@@ -59,6 +59,7 @@ from effect_broker.mcp.jsonrpc import (
 )
 from effect_broker.mcp.progress import ProgressRelay, current_relay, wants_progress
 from effect_broker.mcp.render import json_response, render
+from effect_broker.mcp.streams import OpenStreams
 from effect_broker.problems import jsonrpc_problem
 
 log = logging.getLogger("effect_broker.mcp")
@@ -99,6 +100,7 @@ class McpEndpoint:
         self._running: set[asyncio.Task[Outcome]] = set()
         # Nor does it cancel it by saying so: its cancellations are withheld.
         self.in_flight = InFlightCalls()
+        self.streams = OpenStreams()  # GET streams, ended at shutdown
 
     async def __call__(
         self, request: web.Request, route: Route, tenant: str, path: RequestPath
@@ -110,7 +112,9 @@ class McpEndpoint:
         )
         inject = self.injected.get(route.name, {})
         if request.method != "POST":
-            return await passing.forward(self.session, request, route, url, inject, None)
+            return await passing.forward(
+                self.session, request, route, url, inject, None, streams=self.streams
+            )
         try:
             body = await self._read_body(request)
             message = parse_message(body)
