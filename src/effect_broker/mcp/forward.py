@@ -9,6 +9,7 @@ to mirror the schema (``tools_schema``).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 
 import aiohttp
@@ -29,6 +30,11 @@ from effect_broker.mcp.jsonrpc import (
 from effect_broker.mcp.streams import OpenStreams
 from effect_broker.mcp.tools_schema import mirror_tools
 from effect_broker.problems import jsonrpc_problem
+from effect_broker.ratelimited_log import RateLimitedLog
+
+log = logging.getLogger("effect_broker.mcp")
+# A client closing its event stream is routine: one line per route a minute at most.
+disconnects = RateLimitedLog(log, interval=60.0)
 
 # A body the transport re-frames: never copied from upstream to the client.
 _REFRAMED = {"content-length", "content-type", "transfer-encoding", "content-encoding"}
@@ -111,12 +117,24 @@ async def forward(
             if name.lower() not in ("content-length", "transfer-encoding"):
                 out.headers.add(name, value)
         await out.prepare(request)
-        if streams is not None:
-            await streams.relay(upstream, out)
-        else:
-            async for chunk in upstream.content.iter_any():
-                await out.write(chunk)
-        await out.write_eof()
+        try:
+            if streams is not None:
+                await streams.relay(upstream, out)
+            else:
+                async for chunk in upstream.content.iter_any():
+                    await out.write(chunk)
+            await out.write_eof()
+        except ConnectionResetError:
+            # The client went away (it closed its event stream, say): routine, one
+            # line; nothing here was recorded, so there is nothing to settle.
+            disconnects.log(
+                logging.INFO,
+                f"gone:{route.name}",
+                "%s on MCP route %s: the client closed the connection while its "
+                "unrecorded answer was streaming; the rest was dropped",
+                request.method,
+                route.name,
+            )
         return out
     finally:
         upstream.release()
