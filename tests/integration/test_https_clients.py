@@ -20,7 +20,6 @@ import base64
 import json
 import os
 import shutil
-import subprocess
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -32,11 +31,11 @@ import pytest
 from effect_broker.canonical import downstream_key
 from effect_broker.proxy.tls_ca import trust_bundle
 from tests.integration.harness import Broker, ledger_rows, running_broker
+from tests.integration.node_support import NODE_DIR, node_binary, node_ready
 from tests.integration.tls_support import ChargeTarget, TlsWorld, serve_tls
 
 ROOT = Path(__file__).parents[2]
 PY_CLIENT = Path(__file__).parent / "clients" / "py_client.py"
-NODE_DIR = ROOT / "tests" / "node"
 CHARGE = b'{"amount": 1000, "currency": "usd", "order_id": "order-42"}'
 DRIFTED = b'{"amount": 9999, "currency": "usd", "order_id": "order-42"}'
 OPERATION_KEY = "order-42:charge"
@@ -178,26 +177,6 @@ async def call_node(
     return _reply(await run(args, s.environ, body))
 
 
-def node_ready() -> None:
-    """Node and undici (``npm ci`` in tests/node), installed on first use."""
-    if shutil.which("node") is None:
-        pytest.skip("node is not installed on this machine")
-    if (NODE_DIR / "node_modules" / "undici").is_dir():
-        return
-    npm = shutil.which("npm")
-    if npm is None:
-        pytest.skip("npm is not installed: cannot install undici for Node's fetch")
-    done = subprocess.run(
-        [npm, "ci", "--no-audit", "--no-fund"],
-        cwd=NODE_DIR,
-        capture_output=True,
-        timeout=300,
-        check=False,
-    )
-    if done.returncode != 0:
-        pytest.skip(f"npm ci in tests/node failed: {done.stderr.decode()[-300:]}")
-
-
 CLIENTS = ["curl", "requests", "httpx", "aiohttp", "node"]
 
 
@@ -273,34 +252,6 @@ async def test_node_proxy_agent_records_once_over_http_and_https(
         assert [(r["operation_key"], r["status"]) for r in rows] == [
             ("node-key", "succeeded")
         ]
-
-
-VERSIONS_DIR = NODE_DIR / "versions"
-NODE_BINARIES = {
-    "22": VERSIONS_DIR / "node_modules" / "node" / "bin" / "node",
-    "24": VERSIONS_DIR / "node_modules" / "node24" / "bin" / "node",
-}
-
-
-def node_binary(major: str) -> Path:
-    """Node of this major version, from the npm registry (``npm ci`` in
-    tests/node/versions on first use); skips when it cannot be had."""
-    node_ready()  # undici, for the EnvHttpProxyAgent client
-    binary = NODE_BINARIES[major]
-    if not binary.exists():
-        npm = shutil.which("npm")
-        if npm is None:
-            pytest.skip("npm is not installed: cannot fetch another Node version")
-        done = subprocess.run(
-            [npm, "ci", "--no-audit", "--no-fund"],
-            cwd=VERSIONS_DIR,
-            capture_output=True,
-            timeout=600,
-            check=False,
-        )
-        if done.returncode != 0 or not binary.exists():
-            pytest.skip(f"npm ci in tests/node/versions failed: {done.stderr[-300:]!r}")
-    return binary
 
 
 @pytest.mark.parametrize(
