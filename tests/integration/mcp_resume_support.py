@@ -22,10 +22,12 @@ from tests.integration.mcp_support import Seen, ToolStore, observed
 
 
 class MemoryEventStore(EventStore):
-    """Every event of every stream, in order, as the SDK's example server keeps them."""
+    """Every event of every stream, in order, as the SDK's example server keeps them.
+    ``forgetful``: it keeps ids but replays nothing (a server that lost its events)."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, forgetful: bool = False) -> None:
         self.events: list[tuple[str, str, JSONRPCMessage | None]] = []
+        self.forgetful = forgetful
 
     async def store_event(self, stream_id: str, message: JSONRPCMessage | None) -> str:
         event_id = str(len(self.events) + 1)
@@ -36,7 +38,7 @@ class MemoryEventStore(EventStore):
         self, last_event_id: str, send_callback: EventCallback
     ) -> str | None:
         ids = [event_id for event_id, _, _ in self.events]
-        if last_event_id not in ids:
+        if self.forgetful or last_event_id not in ids:
             return None
         index = ids.index(last_event_id)
         stream_id = self.events[index][1]
@@ -69,17 +71,25 @@ def build_polling_server(store: PollingStore) -> MCPServer:
         store.closed.set()
         return {"settlement": f"st_{store.calls['settle_invoice']}", "invoice": invoice}
 
+    @server.tool()
+    async def preview_invoice(invoice: str, ctx: Context) -> dict[str, Any]:
+        """Read-only; polls too: its client resumes the stream through the proxy."""
+        store.calls["preview_invoice"] += 1
+        await ctx.close_sse_stream()
+        store.closed.set()
+        return {"preview": invoice}
+
     return server
 
 
 @asynccontextmanager
 async def serve_polling_mcp(
-    store: PollingStore, *, retry_ms: int = 50
+    store: PollingStore, *, retry_ms: int = 50, forgetful: bool = False
 ) -> AsyncIterator[str]:
     """Serve the polling server; yields its base URL (the endpoint is /mcp)."""
     app = observed(
         build_polling_server(store).streamable_http_app(
-            event_store=MemoryEventStore(), retry_interval=retry_ms
+            event_store=MemoryEventStore(forgetful=forgetful), retry_interval=retry_ms
         ),
         store.seen,
     )
@@ -106,7 +116,7 @@ contracts:
   - name: invoices.settle
     version: "1"
     safety: unsafe
-    timeout: 5s
+    timeout: {timeout}
 routes:
   - name: invoices-mcp
     match: {{path: /mcp}}
@@ -114,8 +124,9 @@ routes:
     mcp:
       tools:
         settle_invoice: {{contract: invoices.settle}}
+      read_only: [preview_invoice]
 """
 
 
-def polling_routes(upstream: str) -> str:
-    return POLLING_ROUTES.format(upstream=upstream)
+def polling_routes(upstream: str, *, timeout: str = "5s") -> str:
+    return POLLING_ROUTES.format(upstream=upstream, timeout=timeout)

@@ -4,7 +4,11 @@ the tool produced once, and replays it to a retry."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
+
+import pytest
+from mcp.shared.exceptions import MCPError
 
 from tests.integration.harness import ledger_rows, running_broker
 from tests.integration.mcp_resume_support import (
@@ -12,7 +16,7 @@ from tests.integration.mcp_resume_support import (
     polling_routes,
     serve_polling_mcp,
 )
-from tests.integration.mcp_support import client, structured
+from tests.integration.mcp_support import calls_seen, client, structured
 
 
 async def test_a_result_on_a_resumed_stream_is_recorded_once_and_replayed(
@@ -43,3 +47,57 @@ async def test_a_result_on_a_resumed_stream_is_recorded_once_and_replayed(
     assert [(r["operation_key"], r["status"]) for r in rows] == [
         ("inv-7:settle", "succeeded")
     ]
+
+
+async def test_a_server_that_never_delivers_leaves_the_call_unknown_and_unsent(
+    database_url: str, tmp_path: Path
+) -> None:
+    """Its event store lost the events: every resumed GET comes back empty. The proxy
+    gives up within the contract's timeout, calls the outcome unknown (the tool ran),
+    and never sends the call a second time."""
+    store = PollingStore()
+    async with (
+        serve_polling_mcp(store, forgetful=True) as upstream,
+        running_broker(
+            database_url,
+            tmp_path,
+            routes=lambda _: polling_routes(upstream, timeout="2s"),
+        ) as broker,
+        client(broker) as session,
+    ):
+        began = time.monotonic()
+        with pytest.raises(MCPError) as lost:
+            await session.call_tool(
+                "settle_invoice", {"invoice": "inv_8", "operation_key": "inv-8:settle"}
+            )
+        took = time.monotonic() - began
+        rows = await ledger_rows(database_url)
+    assert store.calls["settle_invoice"] == 1
+    assert len(calls_seen(store.seen, "settle_invoice")) == 1  # one POST, never resent
+    assert [s for s in store.requests("GET") if "last-event-id" in s.headers]
+    assert lost.value.error.data["type"].endswith("/outcome-unknown")
+    assert took < 2 + 2, took  # the contract's timeout bounds the following
+    assert [(r["operation_key"], r["status"]) for r in rows] == [
+        ("inv-8:settle", "outcome_unknown")
+    ]
+
+
+async def test_an_unrecorded_call_that_polls_is_resumed_by_its_own_client(
+    database_url: str, tmp_path: Path
+) -> None:
+    """A read-only tool's stream passes through as the server framed it (priming id
+    and retry included), so the SDK client resumes it through the proxy itself."""
+    store = PollingStore()
+    async with (
+        serve_polling_mcp(store) as upstream,
+        running_broker(
+            database_url, tmp_path, routes=lambda _: polling_routes(upstream)
+        ) as broker,
+        client(broker) as session,
+    ):
+        preview = await session.call_tool("preview_invoice", {"invoice": "inv_9"})
+        rows = await ledger_rows(database_url)
+    assert structured(preview) == {"preview": "inv_9"}
+    assert store.calls["preview_invoice"] == 1
+    assert [s for s in store.requests("GET") if "last-event-id" in s.headers]
+    assert rows == []

@@ -128,6 +128,7 @@ class McpProtocol:
     ) -> tuple[StoredResponse, str] | None:
         """A result the server delivers on a resumed stream (``resume``), read and
         joined to the call's answer so it is judged and recorded."""
+        relay = current_relay.get()
         return await follow_resumed(
             session,
             request,
@@ -136,6 +137,7 @@ class McpProtocol:
             within=within,
             max_body=max_body,
             server_request=SERVER_REQUEST_CUT,
+            on_progress=relay.offer if relay is not None else None,
         )
 
     def with_key(

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 import aiohttp
@@ -101,12 +102,14 @@ async def follow_resumed(
     within: float,
     max_body: int,
     server_request: str,
+    on_progress: Callable[[bytes], None] | None = None,
 ) -> tuple[StoredResponse, str] | None:
     """The call's answer with what resumed GETs delivered appended, and a detail
     (empty once the response arrived); None when ``response`` needs no following: not
     an SSE stream, already answered, cut at a server request, or with no event id to
     resume from (a stream that simply ended: unknown, as the revision says).
-    ``server_request`` begins the detail of a stream cut at a server request."""
+    ``server_request`` begins the detail of a stream cut at a server request;
+    progress notifications on the resumed streams go to ``on_progress``."""
     if response.status != 200 or not is_sse(_content_type(response)):
         return None
     body = response.body
@@ -138,6 +141,7 @@ async def follow_resumed(
                     call_id,
                     max_body - len(joined),
                     server_request,
+                    on_progress,
                 )
         except TimeoutError:
             return _whole(response, joined), (
@@ -171,6 +175,7 @@ async def _resume_once(
     call_id: RequestId | None,
     limit: int,
     server_request: str,
+    on_progress: Callable[[bytes], None] | None,
 ) -> tuple[bytes | None, str | None]:
     """One resumed GET: (its events, None) when it ended without the answer;
     (events, "") when the answer came; (events, reason) for a server request mid-call;
@@ -187,7 +192,7 @@ async def _resume_once(
                 f"the resumed GET was answered {resumed.status} "
                 f"{(content_type or 'with no content type')[:60]}"
             )
-        watch = ServerRequestWatch(call_id)
+        watch = ServerRequestWatch(call_id, on_progress)
         got = bytearray()
         async for chunk in resumed.content.iter_any():
             got += chunk
