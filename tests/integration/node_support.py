@@ -1,7 +1,10 @@
-"""Node for the tests that drive Node clients or Node tools: the machine's ``node``
-with undici (tests/node), a Node of another major version from the npm registry
-(tests/node/versions), and ``npm ci`` in a folder, which skips with one line saying
-why when the registry cannot be reached."""
+"""Node.js for the tests that drive real JavaScript clients: undici in tests/node, and
+pinned Node versions in tests/node/versions, each installed with ``npm ci`` on first
+use. A machine without node or npm skips those tests, saying which is missing.
+
+Shared by the HTTPS client tests and the MCP conformance suite, so it lives in a
+support module rather than in either test module.
+"""
 
 from __future__ import annotations
 
@@ -19,35 +22,24 @@ NODE_BINARIES = {
 }
 
 
-def npm_ci(folder: Path, what: str, *, timeout: float = 600) -> None:
-    """``npm ci`` in ``folder`` (a package-lock.json beside it); skips the test, in
-    one line, when npm is missing or the install fails (no registry, say)."""
-    npm = shutil.which("npm")
-    if npm is None:
-        pytest.skip(f"npm is not installed: cannot install {what}")
-    try:
-        done = subprocess.run(
-            [npm, "ci", "--no-audit", "--no-fund"],
-            cwd=folder,
-            capture_output=True,
-            timeout=timeout,
-            check=False,
-        )
-    except subprocess.TimeoutExpired:
-        pytest.skip(
-            f"npm ci for {what} took over {timeout:g}s (npm registry unreachable?)"
-        )
-    if done.returncode != 0:
-        last = (done.stderr.decode(errors="replace").strip().splitlines() or [""])[-1]
-        pytest.skip(f"npm ci for {what} failed (npm registry unreachable?): {last[:200]}")
-
-
 def node_ready() -> None:
     """Node and undici (``npm ci`` in tests/node), installed on first use."""
     if shutil.which("node") is None:
         pytest.skip("node is not installed on this machine")
-    if not (NODE_DIR / "node_modules" / "undici").is_dir():
-        npm_ci(NODE_DIR, "undici for Node's fetch", timeout=300)
+    if (NODE_DIR / "node_modules" / "undici").is_dir():
+        return
+    npm = shutil.which("npm")
+    if npm is None:
+        pytest.skip("npm is not installed: cannot install undici for Node's fetch")
+    done = subprocess.run(
+        [npm, "ci", "--no-audit", "--no-fund"],
+        cwd=NODE_DIR,
+        capture_output=True,
+        timeout=300,
+        check=False,
+    )
+    if done.returncode != 0:
+        pytest.skip(f"npm ci in tests/node failed: {done.stderr.decode()[-300:]}")
 
 
 def node_binary(major: str) -> Path:
@@ -56,7 +48,16 @@ def node_binary(major: str) -> Path:
     node_ready()  # undici, for the EnvHttpProxyAgent client
     binary = NODE_BINARIES[major]
     if not binary.exists():
-        npm_ci(VERSIONS_DIR, f"Node {major}")
-        if not binary.exists():
-            pytest.skip(f"npm ci in {VERSIONS_DIR} installed no Node {major} binary")
+        npm = shutil.which("npm")
+        if npm is None:
+            pytest.skip("npm is not installed: cannot fetch another Node version")
+        done = subprocess.run(
+            [npm, "ci", "--no-audit", "--no-fund"],
+            cwd=VERSIONS_DIR,
+            capture_output=True,
+            timeout=600,
+            check=False,
+        )
+        if done.returncode != 0 or not binary.exists():
+            pytest.skip(f"npm ci in tests/node/versions failed: {done.stderr[-300:]!r}")
     return binary
