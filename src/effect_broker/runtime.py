@@ -117,6 +117,12 @@ async def open_runtime(
             )
             engine = Engine(wiring, owner=worker_name(role))
             receipts = ReceiptCache(settings.receipt_cache_bytes)
+            mcp = McpEndpoint(
+                engine,
+                running_calls=store,
+                receipts=receipts,
+                max_request_bytes=settings.max_request_bytes,
+            )
             yield ProxyState(
                 config=config,
                 store=store,
@@ -130,12 +136,8 @@ async def open_runtime(
                 metrics=metrics,
                 receipts=receipts,
                 ca=ca,
-                mcp=McpEndpoint(
-                    engine,
-                    running_calls=store,
-                    receipts=receipts,
-                    max_request_bytes=settings.max_request_bytes,
-                ),
+                mcp=mcp,
+                on_shutdown=(mcp.streams.end,),
                 injected=injected,
                 host_check=HostCheck.configured(
                     listen=settings.listen,

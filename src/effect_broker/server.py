@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import signal
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
@@ -28,6 +29,12 @@ from effect_broker.proxy.state import ProxyState
 from effect_broker.reconciler import Reconciler
 from effect_broker.tenancy import TenantResolver
 
+log = logging.getLogger("effect_broker.server")
+
+# How long requests in flight may finish once shutdown begins (``drain_timeout``'s
+# default, for callers without settings).
+DRAIN_SECONDS = 20.0
+
 
 def split_address(address: str) -> tuple[str, int]:
     host, _, port = address.rpartition(":")
@@ -46,8 +53,13 @@ async def start_site(
     leaves: LeafContexts | None = None,
     gateway: TenantResolver | None = None,
     reuse_port: bool = False,
+    drain: float = DRAIN_SECONDS,
 ) -> tuple[str, int]:
     """Start ``app`` on ``address``; returns the bound address (port 0 picks one).
+
+    When ``stack`` closes, the port stops accepting first; requests in flight then
+    have ``drain`` seconds to finish (the app's ``on_shutdown`` hooks run first, so
+    what never finishes by itself is ended), and are cancelled past it.
 
     With ``reuse_port`` the socket is opened with ``SO_REUSEPORT``: several worker
     processes listen on the same address and the kernel spreads new connections
@@ -59,9 +71,12 @@ async def start_site(
     inside with ``app``; ``gateway`` then authenticates each CONNECT.
     """
     edge = edge or EdgeLimits()
-    runner = web.AppRunner(app, access_log=None, handle_signals=False)
+    runner = web.AppRunner(
+        app, access_log=None, handle_signals=False, shutdown_timeout=drain
+    )
     await runner.setup()
-    stack.push_async_callback(runner.cleanup)
+    listening: list[asyncio.Server] = []
+    stack.push_async_callback(_stop, listening, runner, drain)
     http = runner.server
     assert http is not None
     loop = asyncio.get_running_loop()
@@ -91,14 +106,30 @@ async def start_site(
     server = await loop.create_server(
         factory, host, port, reuse_address=True, reuse_port=reuse_port or None
     )
-    stack.push_async_callback(_close, server)
+    listening.append(server)
     bound = server.sockets[0].getsockname()
     return str(bound[0]), int(bound[1])
 
 
-async def _close(server: asyncio.Server) -> None:
-    server.close()
-    await server.wait_closed()
+async def _stop(
+    listening: list[asyncio.Server], runner: web.AppRunner, drain: float
+) -> None:
+    """Stop accepting, drain the requests in flight, then wait for the sockets.
+
+    The order matters: on Python 3.12 and later ``wait_closed`` waits for every
+    connection, so waiting on it before the runner had ended them (an open event
+    stream, an idle keep-alive) held the process until the client went away."""
+    for server in listening:
+        server.close()
+    await runner.cleanup()
+    for server in listening:
+        try:
+            async with asyncio.timeout(drain):
+                await server.wait_closed()
+        except TimeoutError:  # a blind tunnel, say: the process ends it by exiting
+            log.warning(
+                "connections still open %gs after shutdown began; closing anyway", drain
+            )
 
 
 def admin_state(state: ProxyState) -> AdminState:
@@ -151,7 +182,9 @@ async def serve_until_stopped(
     trace_url: str | None = None,
     edge: EdgeLimits | None = None,
     reuse_port: bool = False,
+    drain: float = DRAIN_SECONDS,
 ) -> None:
+    """Serve until SIGINT or SIGTERM; then drain for at most ``drain`` seconds."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):
@@ -166,6 +199,7 @@ async def serve_until_stopped(
             leaves=leaf_contexts(state),
             gateway=state.gateway,
             reuse_port=reuse_port,
+            drain=drain,
         )
         if reconcile:
             await stack.enter_async_context(reconciling(state))
@@ -176,6 +210,7 @@ async def serve_until_stopped(
             ),
             admin_listen,
             reuse_port=reuse_port,
+            drain=drain,
         )
         state.egress.protect(listen=proxy_address, admin=admin_address)
         freeze_startup_heap()

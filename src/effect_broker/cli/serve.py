@@ -160,6 +160,7 @@ async def run_proxy(
                 trace_url=settings.trace_url,
                 edge=EdgeLimits.from_settings(settings),
                 reuse_port=reuse_port,
+                drain=settings.drain_timeout.total_seconds(),
             )
         except OSError as exc:
             failure = bind_failure(settings, exc)

@@ -112,6 +112,13 @@ class Settings(BaseSettings):
         description="serve --workers N: a worker whose event loop has not sent its "
         "heartbeat for this long (paused, stuck) is killed and restarted.",
     )
+    drain_timeout: timedelta = Field(
+        timedelta(seconds=20),
+        description="On SIGTERM or SIGINT: how long requests in flight may take to "
+        "finish once the ports stop accepting; an MCP route's open GET streams end at "
+        "once (their clients resume them). Keep it below the orchestrator's grace "
+        "period (Kubernetes: terminationGracePeriodSeconds).",
+    )
     reconciler: bool = Field(
         True, description="Run the built-in reconciler inside the proxy process."
     )
@@ -165,6 +172,7 @@ class Settings(BaseSettings):
         "header_timeout",
         "body_timeout",
         "worker_heartbeat_timeout",
+        "drain_timeout",
         mode="before",
     )
     @classmethod

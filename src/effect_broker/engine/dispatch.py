@@ -21,10 +21,11 @@ from effect_broker import failpoints
 from effect_broker.config.contracts import Contract, Route
 from effect_broker.engine.evidence import Attempted, LookedUp, Probed
 from effect_broker.engine.fence import SendWindow
+from effect_broker.engine.follow import followed
 from effect_broker.engine.lookup import Finding, Kit, KitAnswer, current_attempt_key
 from effect_broker.engine.messages import StoredRequest
 from effect_broker.engine.probe import ProbeResult, ProbeVerdict, run_probe
-from effect_broker.engine.protocol import CutsShort
+from effect_broker.engine.protocol import CutsShort, Follows
 from effect_broker.engine.slots import NoFreeSlot
 from effect_broker.engine.targets import base_url, well_known_origin
 from effect_broker.engine.upstream import AttemptResult, Delivery, send
@@ -99,6 +100,15 @@ class Dispatcher:
                 window=window,
                 streamable=protocol is None,
             )
+            if protocol is not None and isinstance(protocol, Follows):
+                attempt = await followed(
+                    protocol,
+                    self._session,
+                    request,
+                    attempt,
+                    contract.timeout,
+                    self._max_receipt_bytes,
+                )
         except NoFreeSlot as exc:
             attempt = AttemptResult(Delivery.NOT_SENT, detail=str(exc), saturated=True)
         except BaseException:

@@ -12,6 +12,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Protocol, runtime_checkable
 
+import aiohttp
+
 from effect_broker.config.contracts import Contract
 from effect_broker.engine.messages import StoredRequest, StoredResponse
 from effect_broker.models import Effect, EffectStatus
@@ -58,4 +60,27 @@ class CutsShort(Protocol):
     def watch(self, request: StoredRequest) -> AnswerWatch:
         """A fresh watch for the answer to ``request`` (it may keep state across
         chunks)."""
+        ...
+
+
+@runtime_checkable
+class Follows(Protocol):
+    """Optional, beside ``TargetProtocol``: a target that may end an answer early and
+    deliver the rest on another request. An MCP server may close a call's SSE stream
+    after an event id (SEP-1699 polling) and send the result on a GET resumed with
+    ``Last-Event-ID``; without following it the proxy would call a call that ran
+    "unknown". The dispatcher hands it each complete answer, still inside the
+    contract's timeout (``within`` seconds are left) and the receipt's size limit."""
+
+    async def follow(
+        self,
+        session: aiohttp.ClientSession,
+        request: StoredRequest,
+        response: StoredResponse,
+        *,
+        within: float,
+        max_body: int,
+    ) -> tuple[StoredResponse, str] | None:
+        """The whole answer and a detail for the attempt (empty when the answer is
+        complete), or None when there is nothing to follow."""
         ...

@@ -24,6 +24,8 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 
+import aiohttp
+
 from effect_broker.answers import SERVER_REQUEST_CUT  # the cut's detail; worded there
 from effect_broker.config.contracts import Contract
 from effect_broker.engine import (
@@ -44,6 +46,7 @@ from effect_broker.mcp.jsonrpc import (
     find_response,
 )
 from effect_broker.mcp.progress import current_relay
+from effect_broker.mcp.resume import follow_resumed
 from effect_broker.models import Effect, EffectStatus
 
 REFUSED_BEFORE_RUNNING = frozenset(
@@ -112,6 +115,29 @@ class McpProtocol:
             return COMPLETE if found.answered else None
 
         return watch
+
+    async def follow(
+        self,
+        session: aiohttp.ClientSession,
+        request: StoredRequest,
+        response: StoredResponse,
+        *,
+        within: float,
+        max_body: int,
+    ) -> tuple[StoredResponse, str] | None:
+        """A result the server delivers on a resumed stream (``resume``), read and
+        joined to the call's answer so it is judged and recorded."""
+        relay = current_relay.get()
+        return await follow_resumed(
+            session,
+            request,
+            response,
+            _call_id(request),
+            within=within,
+            max_body=max_body,
+            server_request=SERVER_REQUEST_CUT,
+            on_progress=relay.offer if relay is not None else None,
+        )
 
     def with_key(
         self, request: StoredRequest, contract: Contract, downstream_key: str

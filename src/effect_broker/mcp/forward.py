@@ -9,12 +9,14 @@ to mirror the schema (``tools_schema``).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 
 import aiohttp
 from aiohttp import web
 
 from effect_broker.config.contracts import Route
+from effect_broker.engine import NEVER_CONNECTED
 from effect_broker.errors import OutcomeUnknown, UpstreamUnreachable
 from effect_broker.headers import response_headers, upstream_request_headers
 from effect_broker.mcp.jsonrpc import (
@@ -26,8 +28,14 @@ from effect_broker.mcp.jsonrpc import (
     is_sse,
     replace_sse_response,
 )
+from effect_broker.mcp.streams import OpenStreams
 from effect_broker.mcp.tools_schema import mirror_tools
 from effect_broker.problems import jsonrpc_problem
+from effect_broker.ratelimited_log import RateLimitedLog
+
+log = logging.getLogger("effect_broker.mcp")
+# A client closing its event stream is routine: one line per route a minute at most.
+disconnects = RateLimitedLog(log, interval=60.0)
 
 # A body the transport re-frames: never copied from upstream to the client.
 _REFRAMED = {"content-length", "content-type", "transfer-encoding", "content-encoding"}
@@ -92,13 +100,15 @@ async def forward(
     body: bytes | None,
     *,
     request_id: RequestId | None = None,
+    streams: OpenStreams | None = None,
 ) -> web.StreamResponse:
-    """Send as it came and stream the answer back, whatever its length."""
+    """Send as it came and stream the answer back, whatever its length. With
+    ``streams`` (the transport's GET) the answer also ends when the process stops."""
     try:
         upstream = await _open(
             session, request, url, _headers(request, route, inject), body
         )
-    except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError) as exc:
+    except NEVER_CONNECTED as exc:
         return _failure(exc, request_id, sent=False)
     except (TimeoutError, aiohttp.ClientError, OSError) as exc:
         return _failure(exc, request_id, sent=True)
@@ -108,9 +118,24 @@ async def forward(
             if name.lower() not in ("content-length", "transfer-encoding"):
                 out.headers.add(name, value)
         await out.prepare(request)
-        async for chunk in upstream.content.iter_any():
-            await out.write(chunk)
-        await out.write_eof()
+        try:
+            if streams is not None:
+                await streams.relay(upstream, out)
+            else:
+                async for chunk in upstream.content.iter_any():
+                    await out.write(chunk)
+            await out.write_eof()
+        except ConnectionResetError:
+            # The client went away (it closed its event stream, say): routine, one
+            # line; nothing here was recorded, so there is nothing to settle.
+            disconnects.log(
+                logging.INFO,
+                f"gone:{route.name}",
+                "%s on MCP route %s: the client closed the connection while its "
+                "unrecorded answer was streaming; the rest was dropped",
+                request.method,
+                route.name,
+            )
         return out
     finally:
         upstream.release()
@@ -131,7 +156,7 @@ async def list_tools(
         upstream = await _open(
             session, request, url, _headers(request, route, inject), body
         )
-    except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError) as exc:
+    except NEVER_CONNECTED as exc:
         return _failure(exc, request_id, sent=False)
     except (TimeoutError, aiohttp.ClientError, OSError) as exc:
         return _failure(exc, request_id, sent=True)

@@ -70,6 +70,7 @@ from effect_broker.mcp.jsonrpc import (
 )
 from effect_broker.mcp.progress import ProgressRelay, current_relay, wants_progress
 from effect_broker.mcp.render import render
+from effect_broker.mcp.streams import OpenStreams
 
 log = logging.getLogger("effect_broker.mcp")
 
@@ -113,6 +114,7 @@ class McpEndpoint:
         self._running: set[asyncio.Task[Outcome]] = set()
         # Nor does it cancel it by saying so: its cancellations are withheld.
         self.in_flight = InFlightCalls()
+        self.streams = OpenStreams()  # GET streams, ended at shutdown
 
     async def __call__(
         self, request: web.Request, route: Route, tenant: str, path: RequestPath
@@ -124,7 +126,9 @@ class McpEndpoint:
         )
         inject = self.injected.get(route.name, {})
         if request.method != "POST":
-            return await passing.forward(self.session, request, route, url, inject, None)
+            return await passing.forward(
+                self.session, request, route, url, inject, None, streams=self.streams
+            )
         try:
             body = await read_body(request, self.max_request_bytes)
             message = parse_message(body)

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Awaitable, Callable
 from dataclasses import replace
+from functools import partial
 
 from aiohttp import HttpVersion11, hdrs, web
 from aiohttp.typedefs import Handler
@@ -359,4 +361,10 @@ def build_proxy_app(
     app[PROXY_STATE] = state
     app[EDGE_LIMITS] = edge or EdgeLimits()
     app.router.add_route("*", "/{tail:.*}", handle, expect_handler=expect_continue)
+    for hook in state.on_shutdown:
+        app.on_shutdown.append(partial(_on_shutdown, hook))
     return app
+
+
+async def _on_shutdown(hook: Callable[[], Awaitable[None]], _: web.Application) -> None:
+    await hook()

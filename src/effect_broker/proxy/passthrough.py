@@ -29,7 +29,7 @@ import aiohttp
 from aiohttp import web
 from yarl import URL
 
-from effect_broker.engine import tls_failure
+from effect_broker.engine import NEVER_CONNECTED, TLS_REFUSED, tls_failure
 from effect_broker.errors import (
     BodyTooLarge,
     MalformedRequest,
@@ -104,14 +104,11 @@ async def pass_through(
             data=data,
             allow_redirects=False,
         )
-    except (
-        aiohttp.ClientConnectorCertificateError,
-        aiohttp.ClientConnectorSSLError,
-    ) as exc:
+    except TLS_REFUSED as exc:
         return problem_response(
             UpstreamTLS(f"{tls_failure(url.host, exc)}; nothing was forwarded")
         )
-    except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError) as exc:
+    except NEVER_CONNECTED as exc:
         return problem_response(
             UpstreamUnreachable(f"could not reach {where}: {exc}"), status=502
         )

@@ -49,6 +49,9 @@ class ProxyState:
     injected: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
     # The names a request addressed to the proxy itself may carry in Host; None: any.
     host_check: HostCheck | None = None
+    # Run when the process stops, before requests in flight are given the drain
+    # deadline: what would otherwise hold it (an MCP route's open GET streams).
+    on_shutdown: tuple[Callable[[], Awaitable[None]], ...] = ()
 
 
 PROXY_STATE = web.AppKey("proxy_state", ProxyState)

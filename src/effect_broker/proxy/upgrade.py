@@ -27,7 +27,7 @@ from aiohttp import web
 from aiohttp.base_protocol import BaseProtocol
 from yarl import URL
 
-from effect_broker.engine import tls_failure
+from effect_broker.engine import TLS_REFUSED, tls_failure
 from effect_broker.errors import UpstreamTLS, UpstreamUnreachable
 from effect_broker.headers import HOP_BY_HOP, response_headers
 from effect_broker.problems import problem_response
@@ -147,10 +147,7 @@ async def relay_upgrade(
             allow_redirects=False,
             read_until_eof=False,
         )
-    except (
-        aiohttp.ClientConnectorCertificateError,
-        aiohttp.ClientConnectorSSLError,
-    ) as exc:
+    except TLS_REFUSED as exc:
         return problem_response(
             UpstreamTLS(f"{tls_failure(url.host, exc)}; nothing was forwarded")
         )
