@@ -84,7 +84,7 @@ async def test_a_crash_inside_batches_leaves_every_effect_whole(
         assert effect.status is EffectStatus.DISPATCHING and effect.attempts == 1
         assert effect.lease_expires_at is not None and effect.due_at is not None
         assert len(await store.attempts("acme", effect.effect_id)) == 1
-        assert await store.verify_events(effect.effect_id) is None
+        assert await store.verify_events(effect.tenant_id, effect.effect_id) is None
 
     crash_at(database_url, failpoints.IN_RECEIPT_BATCH, "receipt")
 
@@ -94,4 +94,4 @@ async def test_a_crash_inside_batches_leaves_every_effect_whole(
         assert effect.status is EffectStatus.SUCCEEDED and effect.due_at is None
         receipt = await store.receipt("acme", effect.effect_id)
         assert receipt is not None and receipt.status_code == 201
-        assert await store.verify_events(effect.effect_id) is None
+        assert await store.verify_events(effect.tenant_id, effect.effect_id) is None

@@ -36,7 +36,7 @@ async def test_concurrent_new_keys_share_statements_and_each_is_created(
     for r in results:
         assert r.effect.status is EffectStatus.DISPATCHING and r.effect.version == 2
         assert r.effect.operation_key == f"k-{results.index(r)}"
-        assert await store.verify_events(r.effect.effect_id) is None
+        assert await store.verify_events(r.effect.tenant_id, r.effect.effect_id) is None
         [attempt] = await store.attempts("acme", r.effect.effect_id)
         assert attempt.attempt_no == 1
 
@@ -124,7 +124,7 @@ async def test_a_fenced_receipt_fails_alone_and_the_other_is_stored(store: Store
     assert effect == await store.get("acme", b.effect_id)
     assert receipt == await store.receipt("acme", b.effect_id)
     assert await store.receipt("acme", a.effect_id) is None
-    assert await store.verify_events(b.effect_id) is None
+    assert await store.verify_events(b.tenant_id, b.effect_id) is None
 
 
 @pytest.mark.parametrize("count", [1, 25])

@@ -99,7 +99,7 @@ async def test_only_settled_effects_past_retention_are_pruned_whole(
             assert await remaining(raw, table, effect.effect_id) == 0, table
     for effect in unsettled:
         assert (await store.get("acme", effect.effect_id)).status is effect.status
-        assert await store.verify_events(effect.effect_id) is None
+        assert await store.verify_events(effect.tenant_id, effect.effect_id) is None
     assert await store.prune_settled(WEEK, limit=100) == []
 
 

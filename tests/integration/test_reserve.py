@@ -116,4 +116,4 @@ async def test_a_new_effect_can_be_reserved_and_started_in_one_commit(
         (1, "reserved", EffectStatus.PREPARED),
         (2, "dispatch", EffectStatus.DISPATCHING),
     ]
-    assert await store.verify_events(effect.effect_id) is None
+    assert await store.verify_events(effect.tenant_id, effect.effect_id) is None

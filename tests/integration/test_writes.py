@@ -67,7 +67,7 @@ async def test_of_two_racing_writers_exactly_one_wins(store: Store) -> None:
     losers = [result for result in results if isinstance(result, StaleVersion)]
     assert len(winners) == 1 and len(losers) == 1
     assert await store.get("acme", effect.effect_id) == winners[0]
-    assert await store.verify_events(effect.effect_id) is None
+    assert await store.verify_events(effect.tenant_id, effect.effect_id) is None
 
 
 async def test_a_zombie_is_fenced_after_its_lease_was_claimed(store: Store) -> None:
@@ -134,7 +134,7 @@ async def test_editing_an_event_breaks_the_chain_at_that_sequence(
 ) -> None:
     effect = await settle(store, await dispatching(store))
     assert effect.version == 3
-    assert await store.verify_events(effect.effect_id) is None
+    assert await store.verify_events(effect.tenant_id, effect.effect_id) is None
 
     with pytest.raises(asyncpg.RestrictViolationError):
         await raw.execute("UPDATE effect_events SET actor = 'mallory'")
@@ -146,7 +146,7 @@ async def test_editing_an_event_breaks_the_chain_at_that_sequence(
         "UPDATE effect_events SET details = '{\"attempt\": 7}' WHERE seq = 2"
     )
 
-    assert await store.verify_events(effect.effect_id) == 2
+    assert await store.verify_events(effect.tenant_id, effect.effect_id) == 2
 
 
 async def test_a_deleted_event_breaks_the_chain_where_the_gap_is(
@@ -158,7 +158,7 @@ async def test_a_deleted_event_breaks_the_chain_where_the_gap_is(
     )
     await raw.execute("DELETE FROM effect_events WHERE seq = 2")
 
-    assert await store.verify_events(effect.effect_id) == 3
+    assert await store.verify_events(effect.tenant_id, effect.effect_id) == 3
 
 
 async def test_history_records_every_move_in_order(store: Store) -> None:

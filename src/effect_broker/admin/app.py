@@ -171,7 +171,7 @@ async def get_effect(request: web.Request) -> web.Response:
     events, attempts, first_bad = await asyncio.gather(
         store.events(tenant, effect.effect_id),
         store.attempts(tenant, effect.effect_id),
-        store.verify_events(effect.effect_id),
+        store.verify_events(tenant, effect.effect_id),
     )
     folded = None
     if at_sequence is not None:

@@ -328,13 +328,13 @@ SELECT * FROM effect_attempts WHERE tenant_id = $1 AND effect_id = $2 ORDER BY a
 
 -- verify_events --
 -- The first sequence whose digest, link or position does not hold, or NULL.
-WITH chain AS (  -- $1 NULL: by effect id alone, for a caller that has no tenant yet
+WITH chain AS (
     SELECT seq, digest, prev_digest,
            row_number() OVER (ORDER BY seq) AS position,
            lag(digest) OVER (ORDER BY seq) AS previous,
            effect_event_digest(prev_digest, effect_id, seq, kind, from_status, to_status,
                                actor, details, occurred_at) AS recomputed
-    FROM effect_events WHERE tenant_id = coalesce($1, tenant_id) AND effect_id = $2
+    FROM effect_events WHERE tenant_id = $1 AND effect_id = $2
 )
 SELECT min(seq) AS first_bad_seq FROM chain
 WHERE seq <> position

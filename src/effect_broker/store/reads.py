@@ -163,14 +163,10 @@ class LedgerReads:
             )
         return [attempt_of(row) for row in rows]
 
-    async def verify_events(
-        self, effect_id: UUID, tenant_id: str | None = None
-    ) -> int | None:
+    async def verify_events(self, tenant_id: str, effect_id: UUID) -> int | None:
         """The first event sequence whose digest chain breaks, or None if intact.
 
-        With ``tenant_id`` the read goes to that tenant's rows only (one shard when the
-        ledger is distributed by tenant); without it, the effect id alone is looked up,
-        as callers did before every ledger table carried the tenant.
+        Read from the tenant's rows only: one shard when the ledger is distributed.
         """
         async with translated():
             bad: int | None = await self._pool.fetchval(
