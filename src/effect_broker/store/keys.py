@@ -1,4 +1,4 @@
-"""The ledger's side of master key rotation: which keys seal what, and the swap.
+"""The ledger's side of master keys: which keys it knows, which seal what, the swap.
 
 Re-encryption never goes through the effect state machine: it changes no status and no
 version, so live workers are not fenced by it. Each swap is a compare-and-swap on the
@@ -14,6 +14,7 @@ from uuid import UUID
 
 import asyncpg
 
+from effect_broker.errors import MasterKeyError
 from effect_broker.store.translate import translated
 
 REQUEST = "request"
@@ -45,6 +46,47 @@ class LedgerKeys:
 
     _pool: asyncpg.Pool
     _sql: Mapping[str, str]
+
+    async def master_key_ids(self) -> list[str]:
+        """Ids of the master keys payloads here were encrypted under, oldest first.
+
+        Empty means no proxy has started against this ledger yet: only then is a new
+        master key harmless.
+        """
+        async with translated():
+            rows = await self._pool.fetch(self._sql["list_master_keys"])
+        return [row["key_id"] for row in rows]
+
+    async def check_master_key(self, key_id: str, *, record: bool = True) -> None:
+        """``check_master_keys`` for one key."""
+        await self.check_master_keys([key_id], record=record)
+
+    async def check_master_keys(
+        self, key_ids: Sequence[str], *, record: bool = True
+    ) -> None:
+        """Refuse master keys none of which encrypted what is stored here.
+
+        While a key is rotated out the configured list holds the new key and the old
+        one; one key the ledger knows is enough. The first (encrypting) key is recorded
+        (``record``), so a later start with only the new key is accepted, and a fresh
+        ledger records the first key it sees.
+        """
+        async with translated():
+            known = [
+                row["key_id"]
+                for row in await self._pool.fetch(self._sql["list_master_keys"])
+            ]
+            if known and not set(key_ids) & set(known):
+                configured = ", ".join(key_ids)
+                raise MasterKeyError(
+                    "this database holds payloads encrypted under master key "
+                    f"{', '.join(known)}, "
+                    f"but the configured master key is {configured}; set "
+                    "EFFECT_BROKER_MASTER_KEY (or EFFECT_BROKER_MASTER_KEYS) to include "
+                    "the key this ledger was written with"
+                )
+            if record:
+                await self._pool.execute(self._sql["record_master_key"], key_ids[0])
 
     async def key_usage(self) -> list[KeyUsage]:
         async with translated():

@@ -9,17 +9,14 @@ the hot path costs the database as little as it can.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
 from typing import Any
 from uuid import UUID, uuid4
 
 import asyncpg
 
-from effect_broker.errors import (
-    MasterKeyError,
-    StaleVersion,
-)
+from effect_broker.errors import StaleVersion
 from effect_broker.models import (
     AttemptTerms,
     Effect,
@@ -116,47 +113,6 @@ class Store(CoalescedWrites, LedgerReads, LedgerKeys, RunningCalls):
         async with translated():
             now: datetime = await self._pool.fetchval(self._sql["clock"])
         return now
-
-    async def master_key_ids(self) -> list[str]:
-        """Ids of the master keys payloads here were encrypted under, oldest first.
-
-        Empty means no proxy has started against this ledger yet: only then is a new
-        master key harmless.
-        """
-        async with translated():
-            rows = await self._pool.fetch(self._sql["list_master_keys"])
-        return [row["key_id"] for row in rows]
-
-    async def check_master_key(self, key_id: str, *, record: bool = True) -> None:
-        """``check_master_keys`` for one key."""
-        await self.check_master_keys([key_id], record=record)
-
-    async def check_master_keys(
-        self, key_ids: Sequence[str], *, record: bool = True
-    ) -> None:
-        """Refuse master keys none of which encrypted what is stored here.
-
-        While a key is rotated out the configured list holds the new key and the old
-        one; one key the ledger knows is enough. The first (encrypting) key is recorded
-        (``record``), so a later start with only the new key is accepted, and a fresh
-        ledger records the first key it sees.
-        """
-        async with translated():
-            known = [
-                row["key_id"]
-                for row in await self._pool.fetch(self._sql["list_master_keys"])
-            ]
-            if known and not set(key_ids) & set(known):
-                configured = ", ".join(key_ids)
-                raise MasterKeyError(
-                    "this database holds payloads encrypted under master key "
-                    f"{', '.join(known)}, "
-                    f"but the configured master key is {configured}; set "
-                    "EFFECT_BROKER_MASTER_KEY (or EFFECT_BROKER_MASTER_KEYS) to include "
-                    "the key this ledger was written with"
-                )
-            if record:
-                await self._pool.execute(self._sql["record_master_key"], key_ids[0])
 
     # -- tenants ------------------------------------------------------------------------
 
