@@ -64,6 +64,7 @@ class Words:
     send: str  # "you may {send} it again"
     sending: str
     issue: str  # "do not {issue} it again"
+    retry: str  # "do not {retry} it under a new key"
     may_have: str  # the first words of an unknown outcome
 
 
@@ -78,6 +79,7 @@ HTTP = Words(
     send="send",
     sending="sending",
     issue="issue",
+    retry="retry",
     may_have="the target may have applied this effect",
 )
 
@@ -92,6 +94,7 @@ MCP = Words(
     send="call",
     sending="calling",
     issue="call",
+    retry="call",
     may_have="the MCP server may have run this tool call",
 )
 
@@ -227,7 +230,7 @@ def _unknown(outcome: Unknown, words: Words) -> Answer:
             effect,
             retry_after=outcome.retry_after,
             message=f"whether {words.effect} happened is unknown, and it will not be "
-            f"sent again: do not {words.issue} it under a new key before an operator "
+            f"sent again: do not {words.retry} it under a new key before an operator "
             f"has checked {words.target}",
         )
     return Answer(
