@@ -34,7 +34,13 @@ from bench.loadgen import (
     available_generator,
     drive,
 )
-from bench.procs import Server, machine_busy_percent, python_module, start_server
+from bench.procs import (
+    Server,
+    machine_busy_percent,
+    machine_cpu_seconds,
+    python_module,
+    start_server,
+)
 from bench.serving import READY_PATTERN
 
 DEFAULT_OUTPUT = Path(__file__).with_name("results.json")
@@ -109,6 +115,9 @@ class Run:
     result: LoadResult
     proxy_cpu_us: float | None  # proxy CPU time per request, None going direct
     database_cpu_us: float | None  # effect-broker's PostgreSQL backends, per request
+    # every core's busy time per request: generator, upstream, database and any other
+    # work on the machine; on a quiet machine the price of a request, all included
+    machine_cpu_us: float | None = None
 
 
 @dataclass
@@ -356,15 +365,20 @@ def measure(
     proxy = stack.proxy(config)
     proxy_cpu = 0.0
     db_cpu: dict[int, float] | None = None
+    machine_cpu = 0.0
     database = stack.database_url if config.via in BROKERS else None
 
     def started() -> None:
-        nonlocal proxy_cpu, db_cpu
+        nonlocal proxy_cpu, db_cpu, machine_cpu
+        machine_cpu = machine_cpu_seconds()
         proxy_cpu = proxy.cpu_seconds() if proxy else 0.0
         db_cpu = ledger.database_cpu_seconds(database) if database else None
 
     result = drive(spec, gen, on_start=started)
+    machine_spent = machine_cpu_seconds() - machine_cpu
     run = Run(result, None, None)
+    if result.requests:
+        run.machine_cpu_us = machine_spent / result.requests * 1e6
     if result.requests and proxy is not None:
         run.proxy_cpu_us = (proxy.cpu_seconds() - proxy_cpu) / result.requests * 1e6
     if result.requests and database and db_cpu is not None:
@@ -700,6 +714,7 @@ def _run_json(run: Run) -> dict[str, Any]:
         "seconds": result.seconds,
         "proxy_cpu_us_per_request": run.proxy_cpu_us,
         "database_cpu_us_per_request": run.database_cpu_us,
+        "machine_cpu_us_per_request": run.machine_cpu_us,
     }
 
 
@@ -710,6 +725,8 @@ def _progress(
     cpu = f", proxy CPU {run.proxy_cpu_us:.0f} µs/req" if run.proxy_cpu_us else ""
     if run.database_cpu_us:
         cpu += f", database CPU {run.database_cpu_us:.0f} µs/req"
+    if run.machine_cpu_us:
+        cpu += f", machine CPU {run.machine_cpu_us:.0f} µs/req"
     errors = f", {result.errors} ERRORS" if result.errors else ""
     return (
         f"[{step:>2}/{total}] {config.label:<30} c={concurrency:<3} run {round_no}: "

@@ -17,6 +17,7 @@ import asyncio
 import itertools
 import json
 import math
+import os
 import shutil
 import subprocess
 import sys
@@ -64,16 +65,60 @@ class LoadResult:
 
 
 def available_generator(wanted: str) -> Generator:
-    """``auto`` picks wrk when it is on PATH; asking for wrk without it is an error."""
+    """``auto`` and ``wrk`` use wrk, installing Debian's package first when it is not on
+    PATH; ``auto`` falls back to the Python generator if that cannot be done, asking for
+    wrk is an error then."""
     if wanted == "python":
         return "python"
-    if shutil.which("wrk"):
+    if shutil.which("wrk") or install_wrk():
         return "wrk"
     if wanted == "wrk":
         raise RuntimeError(
-            "--generator wrk, but wrk is not on PATH (apt-get install wrk)"
+            "--generator wrk, but wrk is not on PATH and apt-get could not install it"
         )
+    print(
+        "bench: wrk could not be installed; the Python generator drives the load, "
+        "and its own CPU moves the ratios",
+        file=sys.stderr,
+        flush=True,
+    )
     return "python"
+
+
+def install_wrk() -> bool:
+    """``apt-get install wrk``, as root or through sudo (as .ci/run installs promtool):
+    wrk is the generator whose own CPU does not move the ratios. True when it is on
+    PATH afterwards; failures are reported, never raised."""
+    if not shutil.which("apt-get"):
+        return False
+    as_root = [] if os.geteuid() == 0 else ["sudo", "-n"]
+    if as_root and not shutil.which("sudo"):
+        return False
+    print("bench: installing wrk (apt-get install wrk)", file=sys.stderr, flush=True)
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    for command in (
+        ["apt-get", "update", "-qq"],
+        ["apt-get", "install", "-y", "-qq", "--no-install-recommends", "wrk"],
+    ):
+        try:
+            done = subprocess.run(
+                [*as_root, *command],
+                capture_output=True,
+                text=True,
+                env=env,
+                timeout=600,
+                check=False,
+            )
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            print(f"bench: {' '.join(command)} failed: {exc}", file=sys.stderr)
+            return False
+        if done.returncode != 0:
+            print(
+                f"bench: {' '.join(command)} failed:\n{done.stderr[-2000:]}",
+                file=sys.stderr,
+            )
+            return False
+    return shutil.which("wrk") is not None
 
 
 def drive(

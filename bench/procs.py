@@ -134,6 +134,14 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS
 
 
+def machine_cpu_seconds() -> float:
+    """CPU time all the machine's cores have been busy so far (everything but idle and
+    iowait, from /proc/stat): the bench's and every other process's, so that per request
+    it shows what the generator, upstream and database cost besides the proxy."""
+    values = [int(v) for v in Path("/proc/stat").read_text().split("\n")[0].split()[1:]]
+    return (sum(values[:8]) - values[3] - values[4]) / _CLOCK_TICKS
+
+
 def machine_busy_percent(seconds: float = 1.0) -> float:
     """How busy all CPUs were over the next ``seconds`` (other work disturbs a bench)."""
 

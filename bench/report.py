@@ -66,6 +66,10 @@ def summarize(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         "database_cpu_us_per_request": _median(
             [run["database_cpu_us_per_request"] for run in runs]
         ),
+        # absent from results written before the bench measured it
+        "machine_cpu_us_per_request": _median(
+            [run.get("machine_cpu_us_per_request") for run in runs]
+        ),
         "errors": sum(run["errors"] for run in runs),
         "requests": sum(run["requests"] for run in runs),
         "runs": list(runs),
@@ -232,6 +236,7 @@ def results_table(report: Mapping[str, Any]) -> str:
                     _num(pair["p99_ms"], ".2f"),
                     _num(pair["proxy_cpu_us_per_request"], ",.0f"),
                     _num(pair["database_cpu_us_per_request"], ",.0f"),
+                    _num(pair.get("machine_cpu_us_per_request"), ",.0f"),
                     f"{pair['errors']:,}",
                 ]
             )
@@ -245,9 +250,10 @@ def results_table(report: Mapping[str, Any]) -> str:
         "p99 ms",
         "proxy CPU µs/req",
         "db CPU µs/req",
+        "machine CPU µs/req",
         "errors",
     ]
-    return table(headers, rows, "lrrrrrrrrr")
+    return table(headers, rows, "lrrrrrrrrrr")
 
 
 def goals_table(report: Mapping[str, Any]) -> str:
@@ -517,7 +523,9 @@ def notes(report: Mapping[str, Any]) -> list[str]:
             "vs bare: req/s divided by the bare proxy's at the same concurrency. Δp50: "
             "p50 minus the bare proxy's. proxy CPU: the proxy process's user+system CPU "
             "time per request; db CPU: the same for the PostgreSQL backends serving "
-            "effect-broker (WAL writer and checkpointer not included)."
+            "effect-broker (WAL writer and checkpointer not included); machine CPU: "
+            "every core's busy time per request, generator, upstream, database and "
+            "any other work on the machine included."
         )
     cores = m["cores"] or 0
     if cores <= 4 and report["results"]:

@@ -93,16 +93,46 @@ def _parse_float(literal: str) -> float:
 
 
 def _reject_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    obj: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in obj:
-            raise CanonicalizationError(f"duplicate key {_show(key)} in JSON object")
-        obj[key] = value
+    obj = dict(pairs)  # in C; only a short dict means a duplicate to find and name
+    if len(obj) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise CanonicalizationError(f"duplicate key {_show(key)} in JSON object")
+            seen.add(key)
     return obj
 
 
-def _check_tree(value: Any) -> None:
-    """Refuse lone surrogates (legal as ``\\ud800`` escapes, not as text), deep nests."""
+_SURROGATE = re.compile("[\ud800-\udfff]")
+# RFC 8785 for a tree without floats whose keys are all ASCII, in C: strings escape as
+# JSON.stringify does (the two-letter escapes, other controls as lowercase \u00xx, the
+# rest as is), integers within ±(2**53 - 1) print as a double would, and ASCII keys sort
+# the same by code point as by UTF-16 code unit. Anything else goes to rfc8785.
+_SIMPLE_JCS = json.JSONEncoder(
+    ensure_ascii=False, check_circular=False, sort_keys=True, separators=(",", ":")
+)
+# ``JSONEncoder.encode`` builds its C encoder anew on every call (half its cost for a
+# small body); CPython's is built once here with the same settings, else ``encode``.
+_c_make_encoder = getattr(json.encoder, "c_make_encoder", None)
+_SIMPLE_C = (
+    None
+    if _c_make_encoder is None
+    else _c_make_encoder(
+        None, None, json.encoder.encode_basestring, None, ":", ",", True, False, True
+    )
+)
+
+
+def _simple_jcs(value: Any) -> bytes:
+    if _SIMPLE_C is None:
+        return _SIMPLE_JCS.encode(value).encode("utf-8")
+    return "".join(_SIMPLE_C(value, 0)).encode("utf-8")
+
+
+def _check_tree(value: Any) -> bool:
+    """Refuse lone surrogates (legal as ``\\ud800`` escapes, not as text), deep nests;
+    say whether the tree is simple: no float and every key ASCII (see ``_SIMPLE_JCS``)."""
+    simple = True
     stack: list[tuple[Any, int]] = [(value, 0)]
     while stack:
         item, depth = stack.pop()
@@ -111,21 +141,34 @@ def _check_tree(value: Any) -> None:
                 f"JSON nesting is deeper than {_MAX_DEPTH} levels"
             )
         if isinstance(item, str):
-            texts: list[str] = [item]
+            _check_text(item)
         elif isinstance(item, dict):
-            texts = list(item)
+            for key in item:
+                if not key.isascii():
+                    simple = False
+                    _check_text(key)
             stack.extend((child, depth + 1) for child in item.values())
         elif isinstance(item, list):
-            texts = []
             stack.extend((child, depth + 1) for child in item)
-        else:
-            continue
-        for text in texts:
-            for char in text:
-                if "\ud800" <= char <= "\udfff":
-                    raise CanonicalizationError(
-                        f"lone surrogate \\u{ord(char):04x} in a JSON string"
-                    )
+        elif isinstance(item, float):
+            simple = False
+    return simple
+
+
+def _check_text(text: str) -> None:
+    if not text.isascii() and (found := _SURROGATE.search(text)) is not None:
+        raise CanonicalizationError(
+            f"lone surrogate \\u{ord(found.group()):04x} in a JSON string"
+        )
+
+
+# Built once: ``json.loads`` with hooks builds a decoder (and its scanner) every call.
+_DECODER = json.JSONDecoder(
+    object_pairs_hook=_reject_duplicates,
+    parse_constant=_refuse_constant,
+    parse_int=_parse_int,
+    parse_float=_parse_float,
+)
 
 
 def canonical_json(body: bytes) -> bytes:
@@ -142,13 +185,7 @@ def canonical_json(body: bytes) -> bytes:
     if not text.strip(" \t\r\n"):
         raise CanonicalizationError("the body is empty or whitespace, which is not JSON")
     try:
-        value = json.loads(
-            text,
-            object_pairs_hook=_reject_duplicates,
-            parse_constant=_refuse_constant,
-            parse_int=_parse_int,
-            parse_float=_parse_float,
-        )
+        value = _DECODER.decode(text)
     except json.JSONDecodeError as exc:
         at_byte = len(text[: exc.pos].encode("utf-8"))
         if exc.msg == "Extra data":
@@ -160,7 +197,8 @@ def canonical_json(body: bytes) -> bytes:
         raise CanonicalizationError(
             f"JSON nesting is deeper than {_MAX_DEPTH} levels"
         ) from None
-    _check_tree(value)
+    if _check_tree(value):
+        return _simple_jcs(value)
     try:
         return bytes(rfc8785.dumps(value))
     except rfc8785.CanonicalizationError as exc:  # not expected after the checks above

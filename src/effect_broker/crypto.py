@@ -160,6 +160,11 @@ class Keyring:
             raise MasterKeyError(f"the idempotency root must be {KEY_BYTES} bytes")
         self._hmac_root = hmac_root
         self._cache: dict[tuple[bytes, str, str], bytes] = {}
+        # An AESGCM object is reusable and costs a key schedule to build: as many as
+        # derived keys (one per tenant and master key), built on first use.
+        self._ciphers: dict[tuple[str, str], AESGCM] = {}
+        key_id = self._master.key_id.encode("ascii")
+        self._encrypt_header = bytes([BLOB_VERSION, len(key_id)]) + key_id
 
     def __repr__(self) -> str:
         return f"Keyring(key_ids={self.key_ids!r})"
@@ -199,9 +204,13 @@ class Keyring:
         master = self._masters[key_id] if key_id else self._master
         return self._derive(b"data", tenant_id, master.raw, master.key_id)
 
-    def _header(self) -> bytes:
-        key_id = self.key_id.encode("ascii")
-        return bytes([BLOB_VERSION, len(key_id)]) + key_id
+    def _cipher(self, tenant_id: str, key_id: str | None = None) -> AESGCM:
+        """AES-GCM under ``data_key(tenant_id, key_id)``, built once per pair."""
+        cache_key = (tenant_id, key_id or self._master.key_id)
+        cipher = self._ciphers.get(cache_key)
+        if cipher is None:
+            cipher = self._ciphers[cache_key] = AESGCM(self.data_key(tenant_id, key_id))
+        return cipher
 
     @staticmethod
     def _aad(header: bytes, tenant_id: str, effect_id: str, kind: str) -> bytes:
@@ -217,9 +226,9 @@ class Keyring:
         Blob: version byte, key id length byte, key id, 12-byte nonce, ciphertext + tag.
         The nonce is random: per-tenant keys keep each key far below GCM's limits.
         """
-        header = self._header()
+        header = self._encrypt_header
         nonce = os.urandom(NONCE_BYTES)
-        sealed = AESGCM(self.data_key(tenant_id)).encrypt(
+        sealed = self._cipher(tenant_id).encrypt(
             nonce, plaintext, self._aad(header, tenant_id, effect_id, kind)
         )
         return header + nonce + sealed
@@ -248,7 +257,7 @@ class Keyring:
         nonce = blob[id_end : id_end + NONCE_BYTES]
         sealed = blob[id_end + NONCE_BYTES :]
         try:
-            return AESGCM(self.data_key(tenant_id, key_id)).decrypt(
+            return self._cipher(tenant_id, key_id).decrypt(
                 nonce, sealed, self._aad(header, tenant_id, effect_id, kind)
             )
         except InvalidTag:

@@ -59,9 +59,18 @@ def _connection_tokens(headers: Iterable[tuple[str, str]]) -> set[str]:
 
 def end_to_end(headers: Iterable[tuple[str, str]]) -> Headers:
     """The headers minus everything that belongs to one connection only."""
+    return _kept(headers, HOP_BY_HOP)
+
+
+def _kept(headers: Iterable[tuple[str, str]], drop: frozenset[str]) -> Headers:
+    """The headers whose names are not in ``drop`` nor named by ``Connection``; every
+    request and answer passes through here, so each name is lower-cased once and the
+    ``Connection`` tokens are only looked for when there is such a header."""
     pairs = list(headers)
-    drop = HOP_BY_HOP | _connection_tokens(pairs)
-    return [(name, value) for name, value in pairs if name.lower() not in drop]
+    lowered = [name.lower() for name, _ in pairs]
+    if "connection" in lowered:
+        drop = drop | _connection_tokens(pairs)
+    return [pair for pair, name in zip(pairs, lowered, strict=True) if name not in drop]
 
 
 #: A client's declaration that a request repeating a recent payload under a new
@@ -106,13 +115,13 @@ def upstream_request_headers(
     return headers
 
 
+_PASSTHROUGH_DROP = HOP_BY_HOP | {"host", "content-length"}
+_RESPONSE_DROP = HOP_BY_HOP | {"content-length"}
+
+
 def passthrough_request_headers(incoming: Iterable[tuple[str, str]]) -> Headers:
     """Headers for an unmatched request: untouched apart from connection plumbing."""
-    return [
-        (name, value)
-        for name, value in end_to_end(incoming)
-        if name.lower() not in {"host", "content-length"}
-    ]
+    return _kept(incoming, _PASSTHROUGH_DROP)
 
 
 def response_headers(incoming: Iterable[tuple[str, str]]) -> Headers:
@@ -121,11 +130,7 @@ def response_headers(incoming: Iterable[tuple[str, str]]) -> Headers:
     ``Content-Length`` is recomputed from the stored body; the body is kept exactly as the
     target encoded it, so ``Content-Encoding`` stays true.
     """
-    return [
-        (name, value)
-        for name, value in end_to_end(incoming)
-        if name.lower() != "content-length"
-    ]
+    return _kept(incoming, _RESPONSE_DROP)
 
 
 MAX_PREFERRED_WAIT = 60.0  # seconds a client may ask a duplicate to wait

@@ -8,10 +8,12 @@ import hmac
 import itertools
 import json
 import random
+import re
 import struct
 from typing import Any
 
 import pytest
+import rfc8785
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
@@ -462,6 +464,41 @@ def test_any_changed_value_changes_the_hash(
     assert _json_hash(json.dumps(obj).encode()) != _json_hash(
         json.dumps(changed).encode()
     )
+
+
+# The simple trees (no float, ASCII keys) are serialized by the standard library's
+# encoder, everything else by rfc8785: both must write the very same bytes.
+simple_scalars = st.none() | st.booleans() | st.integers(-SAFE_INT, SAFE_INT) | json_text
+simple_values = st.recursive(
+    simple_scalars,
+    lambda children: (
+        st.lists(children, max_size=4)
+        | st.dictionaries(
+            st.text(st.characters(max_codepoint=127), max_size=6), children, max_size=4
+        )
+    ),
+    max_leaves=16,
+)
+
+
+@given(simple_values | json_values)
+def test_canonical_json_is_rfc8785_whichever_encoder_writes_it(value: Any) -> None:
+    body = json.dumps(value, ensure_ascii=False).encode("utf-8", "surrogatepass")
+    assert canonical_json(body) == bytes(rfc8785.dumps(value))
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        (b'{"a": 1, "b": 2, "a": 3}', "duplicate key 'a'"),
+        (b'{"a": "\\ud800", "b": 1}', "lone surrogate \\ud800"),
+        (b'{"\\udfff": 1}', "lone surrogate \\udfff"),
+        (b'["ok", {"k\\u00e9": "x\\udc00"}]', "lone surrogate \\udc00"),
+    ],
+)
+def test_refusals_on_the_simple_path(body: bytes, message: str) -> None:
+    with pytest.raises(CanonicalizationError, match=re.escape(message)):
+        canonical_json(body)
 
 
 # --- downstream_key ---------------------------------------------------------------------

@@ -20,7 +20,7 @@ operation key whatever the adapter, and so does the cache.
 from __future__ import annotations
 
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 from effect_broker.engine import Conflict, Intent, Outcome, Replayed, StoredResponse
@@ -36,11 +36,15 @@ class SettledReplay:
     response: StoredResponse
     source: ReceiptSource
     prunable_at: datetime  # from then on only the ledger may say what the key means
+    # Bytes held, counted once: put, eviction and expiry each need it, and a replay
+    # served from the cache is put back (it is then the most recently used).
+    size: int = field(init=False, repr=False, compare=False)
 
-    @property
-    def size(self) -> int:
+    def __post_init__(self) -> None:
         headers = sum(len(name) + len(value) for name, value in self.response.headers)
-        return ENTRY_OVERHEAD + headers + len(self.response.body)
+        object.__setattr__(
+            self, "size", ENTRY_OVERHEAD + headers + len(self.response.body)
+        )
 
 
 class ReceiptCache:

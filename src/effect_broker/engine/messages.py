@@ -32,8 +32,12 @@ class StoredResponse:
     body: bytes
 
 
+# Built once: ``json.dumps`` with arguments builds a new encoder for every call.
+_HEAD_ENCODER = json.JSONEncoder(separators=(",", ":"))
+
+
 def _pack(head: Mapping[str, object], body: bytes) -> bytes:
-    encoded = json.dumps({"v": _VERSION, **head}, separators=(",", ":")).encode()
+    encoded = _HEAD_ENCODER.encode({"v": _VERSION, **head}).encode()
     return len(encoded).to_bytes(4, "big") + encoded + body
 
 

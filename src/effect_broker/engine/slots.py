@@ -33,6 +33,19 @@ class UpstreamSlots:
         semaphore = self._semaphores.get(route)
         if semaphore is None:
             semaphore = self._semaphores[route] = asyncio.Semaphore(self.per_route)
+        if not semaphore.locked():
+            # A free slot and nobody queued: acquire() returns without waiting, so the
+            # queue bound's timer (scheduled and cancelled per request) is not needed.
+            await semaphore.acquire()
+        else:
+            await self._queue(semaphore, route)
+        try:
+            yield
+        finally:
+            semaphore.release()
+
+    async def _queue(self, semaphore: asyncio.Semaphore, route: str) -> None:
+        """Wait for a slot of ``route`` at most the queue bound."""
         try:
             async with asyncio.timeout(self.queue_timeout.total_seconds()):
                 await semaphore.acquire()
@@ -41,7 +54,3 @@ class UpstreamSlots:
                 f"all {self.per_route} connections this proxy allows to route {route} "
                 f"stayed busy for {self.queue_timeout.total_seconds():g}s"
             ) from None
-        try:
-            yield
-        finally:
-            semaphore.release()

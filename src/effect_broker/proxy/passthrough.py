@@ -172,6 +172,8 @@ def _outgoing_headers(
 ) -> list[tuple[str, str]]:
     """The client's headers (connection plumbing dropped), the route's ``inject``
     replacing any of the same name."""
+    if not inject:  # forward mode, and most routes: nothing to replace
+        return passthrough_request_headers(request.headers.items())
     replaced = {name.lower() for name in inject}
     kept = [
         (name, value)
