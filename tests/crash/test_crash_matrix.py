@@ -16,7 +16,10 @@ import pytest
 
 from effect_broker.demo import crash_matrix as runner
 
-pytestmark = pytest.mark.postgres
+# The shared run's 50 cells count against the first test that asks for it. Each cell
+# has deadlines of its own, so the module's limit only has to outlast a busy machine
+# (three suites at once ran the matrix in well over the default 300 s).
+pytestmark = [pytest.mark.postgres, pytest.mark.timeout(1200)]
 
 
 @pytest.fixture(scope="module")
