@@ -6,19 +6,17 @@ its runs in its own store, the ground truth for "ran once"."""
 from __future__ import annotations
 
 import asyncio
-import socket
 from collections import Counter
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-import uvicorn
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.streamable_http import EventCallback, EventMessage, EventStore
 from mcp.types import JSONRPCMessage
 
-from tests.integration.mcp_support import Seen, ToolStore, observed
+from tests.integration.mcp_support import Seen, ToolStore, observed, serve_asgi
 
 
 class MemoryEventStore(EventStore):
@@ -93,21 +91,8 @@ async def serve_polling_mcp(
         ),
         store.seen,
     )
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
-    task = asyncio.create_task(server.serve(sockets=[sock]))
-    try:
-        while not server.started:
-            if task.done():
-                task.result()
-            await asyncio.sleep(0.01)  # polls uvicorn's start flag, not a timing guess
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        await task
-        sock.close()
+    async with serve_asgi(app) as url:
+        yield url
 
 
 POLLING_ROUTES = """\

@@ -191,6 +191,17 @@ async def serve_mcp(store: ToolStore, *, stateless: bool = False) -> AsyncIterat
     app = observed(
         build_server(store).streamable_http_app(stateless_http=stateless), store
     )
+    async with serve_asgi(app) as url:
+        try:
+            yield url
+        finally:  # before the server stops: a tool still waiting would hold it
+            store.hang.set()
+            store.release.set()
+
+
+@asynccontextmanager
+async def serve_asgi(app: ASGIApp) -> AsyncIterator[str]:
+    """Serve ``app`` with uvicorn on a free loopback port; yields its base URL."""
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
@@ -203,8 +214,6 @@ async def serve_mcp(store: ToolStore, *, stateless: bool = False) -> AsyncIterat
             await asyncio.sleep(0.01)  # polls uvicorn's start flag, not a timing guess
         yield f"http://127.0.0.1:{port}"
     finally:
-        store.hang.set()
-        store.release.set()
         server.should_exit = True
         await task
         sock.close()
