@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import uuid
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from effect_broker.config.contracts import Contract, Probe
 from effect_broker.engine.policy import (
     DEFAULT_RETRY_AFTER,
     INSIDE_THE_PROXY,
@@ -18,53 +16,15 @@ from effect_broker.engine.policy import (
 from effect_broker.models import Effect
 from effect_broker.models import EffectStatus as S
 from effect_broker.models import SafetyClass as C
+from tests.unit.engine_support import CONTRACTS, effect_at
 
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 LATER = NOW + timedelta(seconds=30)
 EARLIER = NOW - timedelta(seconds=30)
 
-PROBE = Probe("GET", "/t?c={downstream_key}", frozenset({200}), frozenset({404}))
-CONTRACTS = {
-    C.IDEMPOTENT: Contract(
-        "pay", "1", C.IDEMPOTENT, idempotency_header="Idempotency-Key",
-        key_retention=timedelta(hours=24), retry_limit=3,
-    ),
-    C.RECONCILABLE: Contract(
-        "ticket", "1", C.RECONCILABLE, correlation_header="X-Correlation-Id",
-        settlement_bound=timedelta(seconds=2), probe=PROBE, retry_limit=3,
-    ),
-    C.UNSAFE: Contract("email", "1", C.UNSAFE, retry_limit=3),
-    C.TRANSACTIONAL: Contract("ledger", "1", C.TRANSACTIONAL, retry_limit=3),
-}  # fmt: skip
-
 
 def effect(safety: C, status: S, **changes: object) -> Effect:
-    base = Effect(
-        effect_id=uuid.uuid4(),
-        tenant_id="t",
-        operation_key="k",
-        request_hash="h",
-        route="r",
-        contract_name=CONTRACTS[safety].name,
-        contract_version="1",
-        safety=safety,
-        downstream_key="dk",
-        status=status,
-        version=1,
-        attempts=1,
-        lease_owner=None,
-        lease_expires_at=None,
-        due_at=None,
-        first_dispatched_at=EARLIER,
-        retention_deadline=LATER,
-        settlement_deadline=EARLIER,
-        request_ciphertext=None,
-        request_preview={},
-        last_error=None,
-        created_at=EARLIER,
-        updated_at=EARLIER,
-    )
-    return replace(base, **changes)  # type: ignore[arg-type]
+    return effect_at(EARLIER, LATER, safety, status, **changes)
 
 
 def verdict(safety: C, status: S, *, owned: bool = False, **changes: object) -> Verdict:

@@ -4,14 +4,13 @@ next state, for attempts, probes, kit lookups, the policy's own moves and operat
 from __future__ import annotations
 
 import json
-import uuid
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from random import Random
 
 import pytest
 
-from effect_broker.config.contracts import Contract, Probe
+from effect_broker.config.contracts import Contract
 from effect_broker.engine import Answered, NotSent, Unknowable, Unknown, refused_for_good
 from effect_broker.engine.evidence import (
     Asking,
@@ -42,51 +41,14 @@ from effect_broker.models import Effect, ReceiptSource
 from effect_broker.models import EffectStatus as S
 from effect_broker.models import SafetyClass as C
 from effect_broker.state_machine import TERMINAL, is_allowed
+from tests.unit.engine_support import CONTRACTS, effect_at
 
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
-PROBE = Probe("GET", "/t?c={downstream_key}", frozenset({200}), frozenset({404}))
-CONTRACTS = {
-    C.IDEMPOTENT: Contract(
-        "pay", "1", C.IDEMPOTENT, idempotency_header="Idempotency-Key",
-        key_retention=timedelta(hours=24), retry_limit=3,
-    ),
-    C.RECONCILABLE: Contract(
-        "ticket", "1", C.RECONCILABLE, correlation_header="X-Correlation-Id",
-        settlement_bound=timedelta(seconds=2), probe=PROBE, retry_limit=3,
-    ),
-    C.UNSAFE: Contract("email", "1", C.UNSAFE, retry_limit=3),
-    C.TRANSACTIONAL: Contract("ledger", "1", C.TRANSACTIONAL, retry_limit=3),
-}  # fmt: skip
 LEASE = timedelta(seconds=15)
 
 
 def effect(safety: C, status: S, **changes: object) -> Effect:
-    base = Effect(
-        effect_id=uuid.uuid4(),
-        tenant_id="t",
-        operation_key="k",
-        request_hash="h",
-        route="r",
-        contract_name=CONTRACTS[safety].name,
-        contract_version="1",
-        safety=safety,
-        downstream_key="dk",
-        status=status,
-        version=1,
-        attempts=1,
-        lease_owner=None,
-        lease_expires_at=None,
-        due_at=None,
-        first_dispatched_at=NOW,
-        retention_deadline=NOW + timedelta(hours=24),
-        settlement_deadline=NOW,
-        request_ciphertext=None,
-        request_preview={},
-        last_error=None,
-        created_at=NOW,
-        updated_at=NOW,
-    )
-    return replace(base, **changes)  # type: ignore[arg-type]
+    return effect_at(NOW, NOW + timedelta(hours=24), safety, status, **changes)
 
 
 def answer(status: int, body: bytes = b"{}") -> StoredResponse:
