@@ -40,6 +40,27 @@ class Op:
         return json.dumps(document, sort_keys=True).encode()
 
 
+@dataclass
+class Deadline:
+    """When a load loop stops taking new operations (monotonic seconds). A fault test
+    moves it once the fault clears, so the bound counts from recovery, not from the
+    start: how long a restart takes on a busy machine is not what the test measures."""
+
+    at: float
+
+    @classmethod
+    def after(cls, seconds: float) -> Deadline:
+        return cls(time.monotonic() + seconds)
+
+    def extend(self, seconds: float) -> None:
+        """At least ``seconds`` from now."""
+        self.at = max(self.at, time.monotonic() + seconds)
+
+    @property
+    def passed(self) -> bool:
+        return time.monotonic() >= self.at
+
+
 def make_ops(tag: str, count: int, modes: Sequence[str] = MODES) -> list[Op]:
     return [Op(f"{tag}-{i:04d}", modes[i % len(modes)], 100 + i) for i in range(count)]
 
@@ -122,16 +143,16 @@ class Agent:
             timeout=aiohttp.ClientTimeout(total=self.timeout),
         )
 
-    async def run(self, ops: Iterable[Op], *, deadline: float) -> list[Op]:
+    async def run(self, ops: Iterable[Op], *, deadline: Deadline) -> list[Op]:
         """Send each op once, ``concurrency`` at a time, until done or ``deadline``
-        (monotonic); returns the ops never sent. After a 5xx or no answer a worker
+        passes; returns the ops never sent. After a 5xx or no answer a worker
         backs off briefly before its next op, as an agent would."""
         queue: asyncio.Queue[Op] = asyncio.Queue()
         for op in ops:
             queue.put_nowait(op)
 
         async def worker(session: aiohttp.ClientSession) -> None:
-            while time.monotonic() < deadline:
+            while not deadline.passed:
                 try:
                     op = queue.get_nowait()
                 except asyncio.QueueEmpty:

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.faults.load import make_ops, pass_through
+from tests.faults.load import Deadline, make_ops, pass_through
 from tests.faults.scenario import scenario
 from tests.integration.harness import address
 
@@ -101,7 +101,7 @@ async def test_5000_idle_connections_do_not_stop_the_proxy(
                 ready_took = time.monotonic() - started
                 ops = make_ops("idle", OPS)
                 _, passed = await asyncio.gather(
-                    run.agent.run(ops, deadline=time.monotonic() + 60),
+                    run.agent.run(ops, deadline=Deadline.after(60)),
                     pass_through(run.proxy.url, run.target.url, 20),
                 )
                 load = list(run.agent.replies)

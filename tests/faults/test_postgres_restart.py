@@ -13,20 +13,19 @@ from __future__ import annotations
 import asyncio
 import shutil
 import tempfile
-import time
 from pathlib import Path
 
 import pytest
 
 from effect_broker.demo.explorer import OwnedPostgres
-from tests.faults.load import make_ops
+from tests.faults.load import Deadline, make_ops
 from tests.faults.procs import migrated_database
 from tests.faults.scenario import scenario
 
 pytestmark = [pytest.mark.faults, pytest.mark.postgres]
 
 OPS = 300
-LOAD_SECONDS = 60.0
+LOAD_SECONDS = 60.0  # to send every op, counted again at the fault and at recovery
 WITHHELD = 6  # charges committed, answers lost, just before the fault
 OUTAGE_REPLIES = 40  # replies the agent must get while the database is down
 
@@ -43,18 +42,19 @@ async def test_postgres_fast_shutdown_and_restart_mid_load(tmp_path: Path) -> No
         settings = {"EFFECT_BROKER_POOL_MAX_SIZE": "8"}
         async with scenario("postgres restart", tmp_path, dsn, settings=settings) as run:
             ops = make_ops("pg", OPS)
-            load = asyncio.create_task(
-                run.agent.run(ops, deadline=time.monotonic() + LOAD_SECONDS)
-            )
+            load_bound = Deadline.after(LOAD_SECONDS)
+            load = asyncio.create_task(run.agent.run(ops, deadline=load_bound))
             try:
                 await run.wait_answered(OPS // 3, timeout=30)
                 await run.target.withhold_answers(WITHHELD)
                 await asyncio.to_thread(postgres.stop_fast)
+                load_bound.extend(LOAD_SECONDS)  # not to run out while it is down
                 down_at = run.agent.answered
                 await run.wait_answered(down_at + OUTAGE_REPLIES, timeout=20)
                 assert await run.readyz() == 503
                 await asyncio.to_thread(postgres.start_again)
                 await run.wait_ready()
+                load_bound.extend(LOAD_SECONDS)
             finally:
                 unsent = await load
             during = run.agent.replies[down_at : down_at + OUTAGE_REPLIES]

@@ -12,18 +12,17 @@ from __future__ import annotations
 
 import asyncio
 import signal
-import time
 from pathlib import Path
 
 import pytest
 
-from tests.faults.load import make_ops
+from tests.faults.load import Deadline, make_ops
 from tests.faults.scenario import scenario
 
 pytestmark = [pytest.mark.faults, pytest.mark.postgres]
 
 OPS = 300
-LOAD_SECONDS = 60.0
+LOAD_SECONDS = 60.0  # to send every op, counted again at the fault and at recovery
 WITHHELD = 6  # charges committed, answers lost, just before the fault
 DOWN_REPLIES = 16  # replies (no answer at all) the agent must get while no proxy runs
 
@@ -33,18 +32,19 @@ async def test_proxy_sigkill_and_restart_mid_load(
 ) -> None:
     async with scenario("proxy kill -9", tmp_path, database_url) as run:
         ops = make_ops("kill", OPS)
-        load = asyncio.create_task(
-            run.agent.run(ops, deadline=time.monotonic() + LOAD_SECONDS)
-        )
+        load_bound = Deadline.after(LOAD_SECONDS)
+        load = asyncio.create_task(run.agent.run(ops, deadline=load_bound))
         try:
             await run.wait_answered(OPS // 3, timeout=30)
             await run.target.withhold_answers(WITHHELD)
             run.proxy.process.signal(signal.SIGKILL)  # a power cut, no cleanup
+            load_bound.extend(LOAD_SECONDS)  # not to run out while it is down
             await run.proxy.process.wait_exit(10)
             killed_at = run.agent.answered
             await run.wait_answered(killed_at + DOWN_REPLIES, timeout=20)
             run.proxy = await run.launcher.restart(run.proxy)
             await run.wait_ready()
+            load_bound.extend(LOAD_SECONDS)
         finally:
             unsent = await load
         during = run.agent.replies[killed_at : killed_at + DOWN_REPLIES]

@@ -11,7 +11,6 @@ answers. Once the gate opens, every held request is charged exactly once.
 from __future__ import annotations
 
 import asyncio
-import time
 from contextlib import AsyncExitStack
 from pathlib import Path
 
@@ -19,7 +18,7 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from tests.faults.load import Agent, Reply, make_ops, pass_through
+from tests.faults.load import Agent, Deadline, Reply, make_ops, pass_through
 from tests.faults.procs import Target, poll
 from tests.faults.scenario import scenario
 from tests.integration.harness import serve_app
@@ -94,15 +93,15 @@ async def test_a_slow_route_with_200_in_flight_starves_nobody(
         held_ops = make_ops("slow", HELD + EXTRA, modes=("slow",))
         holders = Agent(run.proxy.url, concurrency=HELD, timeout=90)
         held = asyncio.create_task(
-            holders.run(held_ops[:HELD], deadline=time.monotonic() + 60)
+            holders.run(held_ops[:HELD], deadline=Deadline.after(60))
         )
         try:
             await poll(gate.full, timeout=30, what="200 requests held at the target")
             refused = Agent(run.proxy.url, concurrency=EXTRA)
-            await refused.run(held_ops[HELD:], deadline=time.monotonic() + 30)
-            await refused.run(held_ops[:1], deadline=time.monotonic() + 30)  # held one
+            await refused.run(held_ops[HELD:], deadline=Deadline.after(30))
+            await refused.run(held_ops[:1], deadline=Deadline.after(30))  # held one
             others = make_ops("other", OTHER_OPS)
-            flowing = run.agent.run(others, deadline=time.monotonic() + 30)
+            flowing = run.agent.run(others, deadline=Deadline.after(30))
             _, passed = await asyncio.gather(
                 flowing, pass_through(run.proxy.url, run.target.url, PASSTHROUGH)
             )
