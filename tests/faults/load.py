@@ -114,6 +114,13 @@ class Agent:
     timeout: float = CLIENT_TIMEOUT  # seconds a request may take before it is dropped
     replies: list[Reply] = field(default_factory=list)
     answered: int = 0
+    #: Cleared while a fault test holds the load (the outage has had the replies it
+    #: needs): workers finish what they sent and take no new op until it is set again,
+    #: so the operations left are sent after recovery, not spent on a dead proxy.
+    flowing: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def __post_init__(self) -> None:
+        self.flowing.set()
 
     async def send(self, session: aiohttp.ClientSession, op: Op) -> Reply:
         url = f"{self.proxy_url}/{op.mode}/v1/charges"
@@ -153,6 +160,7 @@ class Agent:
 
         async def worker(session: aiohttp.ClientSession) -> None:
             while not deadline.passed:
+                await self.flowing.wait()
                 try:
                     op = queue.get_nowait()
                 except asyncio.QueueEmpty:

@@ -51,11 +51,13 @@ async def test_postgres_fast_shutdown_and_restart_mid_load(tmp_path: Path) -> No
                 load_bound.extend(LOAD_SECONDS)  # not to run out while it is down
                 down_at = run.agent.answered
                 await run.wait_answered(down_at + OUTAGE_REPLIES, timeout=20)
+                run.agent.flowing.clear()
                 assert await run.readyz() == 503
                 await asyncio.to_thread(postgres.start_again)
                 await run.wait_ready()
                 load_bound.extend(LOAD_SECONDS)
             finally:
+                run.agent.flowing.set()
                 unsent = await load
             during = run.agent.replies[down_at : down_at + OUTAGE_REPLIES]
             audit, stuck = await run.finish(ops)

@@ -42,10 +42,12 @@ async def test_proxy_sigkill_and_restart_mid_load(
             await run.proxy.process.wait_exit(10)
             killed_at = run.agent.answered
             await run.wait_answered(killed_at + DOWN_REPLIES, timeout=20)
+            run.agent.flowing.clear()
             run.proxy = await run.launcher.restart(run.proxy)
             await run.wait_ready()
             load_bound.extend(LOAD_SECONDS)
         finally:
+            run.agent.flowing.set()
             unsent = await load
         during = run.agent.replies[killed_at : killed_at + DOWN_REPLIES]
         after = run.agent.replies[killed_at + DOWN_REPLIES :]
