@@ -11,132 +11,82 @@ package ships no server of its own). Each passes some scenarios and fails others
 what is asserted is that the proxy changes none of the verdicts, but one: the
 reference server accepts a rebinding ``Host``, which the proxy's own Host check
 refuses, so that check passes through the proxy only. Informational checks
-(timings, raw exchanges) are left out. Without the npm registry the tests skip, saying
-so in one line.
+(timings, raw exchanges) are left out. The direct runs are shared by the module's
+tests. Without the npm registry the tests skip, saying so in one line.
 """
 
 from __future__ import annotations
 
-import asyncio
-import json
-import os
-import re
-import shutil
-import socket
-import subprocess
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 
 import pytest
 
+from tests.integration.conformance_support import (
+    SUITES,
+    DirectRun,
+    differences,
+    everything_server,
+    run_suite,
+    scenario_table,
+    statuses,
+    suite,
+    tools_called,
+)
 from tests.integration.harness import running_broker
 from tests.integration.mcp_support import ToolStore, mcp_routes, serve_mcp
 from tests.integration.node_support import node_binary
 
-CONFORMANCE_DIR = Path(__file__).parents[1] / "node" / "conformance"
-EVERYTHING = (
-    CONFORMANCE_DIR
-    / "node_modules"
-    / "@modelcontextprotocol"
-    / "server-everything"
-    / "dist"
-    / "index.js"
-)
-SUITES = {
-    "0.1.16": CONFORMANCE_DIR / "node_modules" / "conformance-0.1" / "dist" / "index.js",
-    "0.2.0-alpha": CONFORMANCE_DIR
-    / "node_modules"
-    / "conformance-0.2"
-    / "dist"
-    / "index.js",
-}
+OWN = "the project's test server"
+REFERENCE = "reference server (server-everything)"
+
+DirectRuns = dict[tuple[str, str], DirectRun]
 
 
-RUN_DIR = re.compile(r"-\d{4}-\d{2}-\d{2}T[\d-]+Z$")
+@pytest.fixture(scope="module")
+def direct_runs() -> DirectRuns:
+    """The suite's verdicts per (server, version) at the server's own URL, run once
+    for the module: a server gives the same verdicts whichever test starts it, and a
+    run of the suite takes about eight seconds."""
+    return {}
 
 
-def suite(version: str) -> Path:
-    """The suite's entry point (and the reference server beside it), installed with
-    ``npm ci`` on first use; without npm or its registry the test skips, one line."""
-    entry = SUITES[version]
-    if entry.exists() and EVERYTHING.exists():
-        return entry
-    npm = shutil.which("npm")
-    if npm is None:
-        pytest.skip("npm is not installed: cannot fetch the conformance suite")
-    try:
-        done = subprocess.run(
-            [npm, "ci", "--no-audit", "--no-fund"],
-            cwd=CONFORMANCE_DIR,
-            capture_output=True,
-            timeout=600,
-            check=False,
+async def direct(
+    runs: DirectRuns,
+    server: str,
+    version: str,
+    upstream: str,
+    workdir: Path,
+    store: ToolStore | None = None,
+) -> DirectRun:
+    """The shared direct run, made now if no test has made it yet (``store``: the
+    project's server's record, whose tool calls then say which tools the suite
+    reached)."""
+    if (server, version) not in runs:
+        checks = await run_suite(
+            node_binary("22"), suite(version), f"{upstream}/mcp", workdir
         )
-    except subprocess.TimeoutExpired:
-        pytest.skip("npm ci in tests/node/conformance ran 600s: no npm registry?")
-    if done.returncode != 0 or not entry.exists():
-        last = (done.stderr.decode(errors="replace").strip().splitlines() or [""])[-1]
-        pytest.skip(f"npm ci in tests/node/conformance failed (registry?): {last[:200]}")
-    return entry
+        called = None if store is None else tools_called(s.tool_call for s in store.seen)
+        runs[server, version] = DirectRun(checks, called)
+    return runs[server, version]
 
 
-async def verdicts(node: Path, entry: Path, url: str, workdir: Path) -> dict[str, str]:
-    """``scenario/check -> status`` for every non-informational check of a run."""
-    workdir.mkdir(parents=True)
-    process = await asyncio.create_subprocess_exec(
-        str(node),
-        str(entry),
-        "server",
-        "--url",
-        url,
-        "--output-dir",
-        str(workdir / "results"),
-        cwd=workdir,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.STDOUT,
-    )
-    output, _ = await asyncio.wait_for(process.communicate(), 600)
-    found: dict[str, str] = {}
-    for checks in sorted(workdir.glob("results/*/checks.json")):
-        # server-<scenario>-<ISO timestamp with dashes>
-        scenario = RUN_DIR.sub("", checks.parent.name.removeprefix("server-"))
-        for check in json.loads(checks.read_text()):
-            if check.get("status") != "INFO":
-                found[f"{scenario}/{check['id']}"] = check["status"]
-    assert found, output.decode(errors="replace")[-2000:]
-    return found
-
-
-def differences(
-    direct: dict[str, str], proxied: dict[str, str]
+def rebinding_refused(
+    differing: dict[str, tuple[str | None, str | None]],
 ) -> dict[str, tuple[str | None, str | None]]:
+    """The one difference allowed against the reference server: it takes any Host,
+    the proxy checks its own (so a page that rebinds a name to the sidecar gets no
+    session through it). The proxy may pass a rebinding check the server fails, never
+    the other way round."""
     return {
-        key: (direct.get(key), proxied.get(key))
-        for key in sorted(direct.keys() | proxied.keys())
-        if direct.get(key) != proxied.get(key)
+        key: pair
+        for key, pair in differing.items()
+        if key.startswith("dns-rebinding-protection/") and pair == ("FAILURE", "SUCCESS")
     }
-
-
-def scenario_table(direct: dict[str, str], proxied: dict[str, str]) -> str:
-    """One line per scenario: its checks passed directly and through the proxy (the
-    report a reader compares; printed, so ``pytest -s`` shows it)."""
-    lines = []
-    for scenario in sorted({key.split("/")[0] for key in direct | proxied}):
-
-        def passed(found: dict[str, str], scenario: str = scenario) -> str:
-            checks = [v for k, v in found.items() if k.split("/")[0] == scenario]
-            return f"{checks.count('SUCCESS')}/{len(checks)}"
-
-        lines.append(
-            f"{scenario:<40} direct {passed(direct):>5}  proxied {passed(proxied):>5}"
-        )
-    return "\n".join(lines)
 
 
 @pytest.mark.parametrize("version", list(SUITES))
 async def test_the_proxy_changes_no_verdict_of_the_conformance_suite(
-    database_url: str, tmp_path: Path, version: str
+    database_url: str, tmp_path: Path, version: str, direct_runs: DirectRuns
 ) -> None:
     node = node_binary("22")
     entry = suite(version)
@@ -149,13 +99,15 @@ async def test_the_proxy_changes_no_verdict_of_the_conformance_suite(
             routes=lambda _: mcp_routes(upstream, timeout="5s", unclassified="pass"),
         ) as broker,
     ):
-        direct = await verdicts(node, entry, f"{upstream}/mcp", tmp_path / "direct")
-        proxied = await verdicts(
+        found = await direct(
+            direct_runs, OWN, version, upstream, tmp_path / "direct", store
+        )
+        proxied = await run_suite(
             node, entry, f"{broker.proxy_url}/mcp", tmp_path / "proxied"
         )
-    print(f"\nconformance {version}, project's test server:")
-    print(scenario_table(direct, proxied))
-    assert differences(direct, proxied) == {}
+    print(f"\nconformance {version}, {OWN}:")
+    print(scenario_table(found.checks, proxied))
+    assert differences(statuses(found.checks), statuses(proxied)) == {}
 
 
 # The reference server's route: one recorded tool the suite never calls, every other
@@ -178,50 +130,9 @@ routes:
 """
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-@asynccontextmanager
-async def everything_server(node: Path) -> AsyncIterator[str]:
-    """The official reference server over Streamable HTTP; yields its base URL."""
-    port = free_port()
-    process = await asyncio.create_subprocess_exec(
-        str(node),
-        str(EVERYTHING),
-        "streamableHttp",
-        env={**os.environ, "PORT": str(port)},
-        stdout=asyncio.subprocess.DEVNULL,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    listening = asyncio.Event()
-
-    async def read() -> None:  # to its end, so the pipe never fills and blocks it
-        assert process.stderr is not None
-        while line := await process.stderr.readline():
-            if b"listening on port" in line:
-                listening.set()
-
-    reader = asyncio.create_task(read())
-    try:
-        async with asyncio.timeout(30):  # its start line says it listens
-            waiting = asyncio.ensure_future(listening.wait())
-            await asyncio.wait({waiting, reader}, return_when=asyncio.FIRST_COMPLETED)
-            waiting.cancel()
-        assert listening.is_set(), "the reference server exited before it listened"
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        if process.returncode is None:
-            process.kill()
-        await process.wait()
-        await reader
-
-
 @pytest.mark.parametrize("version", list(SUITES))
 async def test_the_reference_server_gets_the_same_verdicts_through_the_proxy(
-    database_url: str, tmp_path: Path, version: str
+    database_url: str, tmp_path: Path, version: str, direct_runs: DirectRuns
 ) -> None:
     node = node_binary("22")
     entry = suite(version)
@@ -233,20 +144,16 @@ async def test_the_reference_server_gets_the_same_verdicts_through_the_proxy(
             routes=lambda _: EVERYTHING_ROUTES.format(upstream=upstream),
         ) as broker,
     ):
-        direct = await verdicts(node, entry, f"{upstream}/mcp", tmp_path / "direct")
-        proxied = await verdicts(
+        found = await direct(
+            direct_runs, REFERENCE, version, upstream, tmp_path / "direct"
+        )
+        proxied = await run_suite(
             node, entry, f"{broker.proxy_url}/mcp", tmp_path / "proxied"
         )
-    print(f"\nconformance {version}, reference server (server-everything):")
-    print(scenario_table(direct, proxied))
-    assert sum(status == "SUCCESS" for status in direct.values()) > 0, direct
-    differing = differences(direct, proxied)
-    # The one difference allowed: this server takes any Host, the proxy checks its own
-    # (so a page that rebinds a name to the sidecar gets no session through it). The
-    # proxy may pass a rebinding check the server fails, never the other way round.
-    stricter = {
-        key: pair
-        for key, pair in differing.items()
-        if key.startswith("dns-rebinding-protection/") and pair == ("FAILURE", "SUCCESS")
-    }
-    assert {k: v for k, v in differing.items() if k not in stricter} == {}
+    print(f"\nconformance {version}, {REFERENCE}:")
+    print(scenario_table(found.checks, proxied))
+    direct_statuses = statuses(found.checks)
+    assert sum(status == "SUCCESS" for status in direct_statuses.values()) > 0
+    differing = differences(direct_statuses, statuses(proxied))
+    allowed = rebinding_refused(differing)
+    assert {k: v for k, v in differing.items() if k not in allowed} == {}
