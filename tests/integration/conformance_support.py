@@ -16,7 +16,7 @@ from collections.abc import AsyncIterator, Iterable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NamedTuple
+from typing import NamedTuple, TypeVar
 
 import pytest
 
@@ -37,6 +37,8 @@ SUITES = {
     / "dist"
     / "index.js",
 }
+
+T = TypeVar("T")
 
 RUN_DIR = re.compile(r"-\d{4}-\d{2}-\d{2}T[\d-]+Z$")
 
@@ -115,8 +117,9 @@ def statuses(found: Checks) -> dict[str, str]:
 
 
 def differences(
-    direct: dict[str, str], proxied: dict[str, str]
-) -> dict[str, tuple[str | None, str | None]]:
+    direct: Mapping[str, T], proxied: Mapping[str, T]
+) -> dict[str, tuple[T | None, T | None]]:
+    """What differs, key by key: ``(direct, proxied)``, None where a run lacks it."""
     return {
         key: (direct.get(key), proxied.get(key))
         for key in sorted(direct.keys() | proxied.keys())
