@@ -5,8 +5,8 @@
 -- see the limit and assumes a tenth of the due rows; on a ledger never analyzed (a new
 -- one, autovacuum off) it then joins by hashing a sequential scan of all of effects, at
 -- every claim, for a handful of rows. Here each claimed row is updated by its primary
--- key, which no estimate makes a scan of: the due rows come off effects_due in due
--- order (a cursor, planned for its first rows), locked and skipped exactly as before.
+-- key, which no estimate makes a scan of; the due rows still come off effects_due in
+-- due order, locked and skipped exactly as before.
 CREATE FUNCTION claim_due_effects(p_limit integer, p_owner text, p_lease interval)
 RETURNS SETOF effects
 LANGUAGE plpgsql AS $$
