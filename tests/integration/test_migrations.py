@@ -184,7 +184,8 @@ async def test_sharding_by_tenant_migrates_a_ledger_written_before_it(
         )
 
         applied = await apply_migrations(conn)
-        assert [m.version for m in applied] == [12]
+        # 0012 and every migration after it
+        assert [m.version for m in applied] == [m.version for m in load_migrations()][11:]
 
         for table in ("effect_attempts", "effect_receipts", "effect_events"):
             mismatched = await conn.fetchval(

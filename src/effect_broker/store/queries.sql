@@ -236,29 +236,7 @@ FROM moved;
 
 -- claim_due --
 -- Lease up to $1 effects whose wake-up time has passed, skipping rows others hold.
-WITH due AS (
-    SELECT tenant_id, effect_id, lease_owner AS previous_owner FROM effects
-    WHERE due_at <= now()
-    ORDER BY due_at
-    LIMIT $1
-    FOR UPDATE SKIP LOCKED
-), claimed AS (
-    UPDATE effects e SET
-        version = e.version + 1,
-        lease_owner = $2,
-        lease_expires_at = now() + $3::interval,
-        due_at = now() + $3::interval,
-        updated_at = now()
-    FROM due
-    WHERE e.tenant_id = due.tenant_id AND e.effect_id = due.effect_id
-    RETURNING e.*, due.previous_owner
-)
-SELECT claimed.*, append_effect_event(
-    claimed.tenant_id, claimed.effect_id, claimed.version, 'claimed', claimed.status,
-    claimed.status, $2, jsonb_build_object('previous_owner', claimed.previous_owner),
-    claimed.updated_at
-) IS NOT NULL AS event_written
-FROM claimed;
+SELECT * FROM claim_due_effects($1, $2, $3);
 
 -- prune_settled --
 -- Delete up to $3 settled effects, whole, past their contract's ledger retention.
@@ -389,10 +367,24 @@ LIMIT 1;
 
 -- operation_key_usage --
 -- Per route, effects created in the last $1 and how many distinct requests they carry.
-SELECT route, count(*) AS effects, count(DISTINCT (tenant_id, request_hash)) AS requests
-FROM effects
-WHERE created_at > now() - $1::interval
-GROUP BY route;
+-- Tenant by tenant on (tenant_id, created_at), the tenants found by skipping through the
+-- primary key: no index leads with created_at, and this never reads the whole ledger.
+WITH RECURSIVE tenant AS (
+    (SELECT tenant_id FROM effects ORDER BY tenant_id LIMIT 1)
+    UNION ALL
+    SELECT (SELECT e.tenant_id FROM effects AS e WHERE e.tenant_id > t.tenant_id
+            ORDER BY e.tenant_id LIMIT 1)
+    FROM tenant AS t WHERE t.tenant_id IS NOT NULL
+)
+SELECT u.route, sum(u.effects)::bigint AS effects, sum(u.requests)::bigint AS requests
+FROM tenant AS t CROSS JOIN LATERAL (
+    -- a request is (tenant, request hash), so per tenant distinct hashes add up
+    SELECT route, count(*) AS effects, count(DISTINCT request_hash) AS requests
+    FROM effects
+    WHERE tenant_id = t.tenant_id AND created_at > now() - $1::interval
+    GROUP BY route
+) AS u
+GROUP BY u.route;
 
 -- ledger_tables_without_autovacuum --
 -- Ledger tables autovacuum skips: all when the server's is off, else tables that opt out.
@@ -488,13 +480,16 @@ DELETE FROM master_keys WHERE key_id <> ALL($1::text[]) AND key_id <> ALL($2::te
 -- begin_mcp_call --
 -- Note a recorded MCP call as running until $3 from now; prune a few rows past theirs.
 WITH pruned AS (
+    -- The oldest first, off the expiry index; deleted through = ANY of an array, which
+    -- reads the primary key where a join to the ids may hash a scan of the table.
     DELETE FROM mcp_running_calls
-    WHERE running_id IN (
+    WHERE running_id = ANY (ARRAY(
         SELECT running_id FROM mcp_running_calls
         WHERE expires_at < now()
+        ORDER BY expires_at
         LIMIT 100
         FOR UPDATE SKIP LOCKED
-    )
+    ))
 )
 INSERT INTO mcp_running_calls (running_id, call_key, expires_at)
 VALUES ($1, $2, now() + $3::interval);

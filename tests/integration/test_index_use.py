@@ -1,0 +1,392 @@
+"""Every runtime statement stays on its index on a ledger PostgreSQL never analyzed.
+
+A brand-new ledger on a server with autovacuum off is never analyzed, and a plan that
+reads a whole table gets slower with every effect written (throughput halved within
+half a minute at c=64 before this test existed). Each named block of ``queries.sql``
+runs here, with representative parameters and rolled back, against a ledger of a
+realistic size; the test counts the sequential scans of the watched tables in
+``pg_stat_xact_user_tables``, which covers the statements run inside plpgsql functions,
+triggers and foreign-key checks too, under both a custom and a generic plan (asyncpg
+prepares every statement, and a cached generic plan is what a pool keeps using).
+EXPLAIN of each top-level statement adds the branches one run does not reach. The
+periodic blocks (``BOUNDS``) must also read no more rows than they are asked for: a
+walk of a whole index is no sequential scan, but it reads the whole ledger all the same.
+
+A block that reads a whole table on purpose is listed in ``SCANNING`` with why; a
+block in neither list fails the test, so a new query must be classified to land.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+import asyncpg
+
+from effect_broker.store.sql import queries
+from tests.integration.index_use_support import (
+    KEY_ID,
+    TENANTS,
+    WATCHED_TABLES,
+    effect_row,
+    fill_ledger,
+    never_analyzed,
+    new_id,
+)
+
+PLAN_MODES = ("force_custom_plan", "force_generic_plan")
+LEASE = timedelta(seconds=30)
+DAY = timedelta(days=1)
+HOUR = timedelta(hours=1)
+
+
+@dataclass(frozen=True)
+class Samples:
+    """Stored effects of tenant 0 the parameters point at, one per status needed."""
+
+    prepared: asyncpg.Record
+    dispatching: asyncpg.Record
+    retryable: asyncpg.Record
+    succeeded: asyncpg.Record
+    receipt: asyncpg.Record
+
+
+def _sealed(key_id: str, body: bytes = b"0123456789abcdef") -> bytes:
+    return bytes([1, len(key_id)]) + key_id.encode() + body
+
+
+def _reserve(s: Samples, key: str, dispatch: bool) -> list[Any]:
+    return [
+        new_id(),
+        "tenant-0",
+        key,
+        "hash-new",
+        "route-0",
+        "contract-0",
+        "1",
+        "idempotent",
+        "downstream",
+        _sealed(KEY_ID),
+        "{}",
+        "worker-b",
+        LEASE,
+        dispatch,
+        DAY,
+        HOUR,
+    ]
+
+
+def _reserve_batch(s: Samples) -> list[Any]:
+    rows = [_reserve(s, "op-new", True), _reserve(s, s.succeeded["operation_key"], True)]
+    return [list(column) for column in zip(*rows, strict=True)]
+
+
+def _start(effect: asyncpg.Record) -> list[Any]:
+    return [
+        effect["effect_id"],
+        effect["version"],
+        "worker-b",
+        LEASE,
+        DAY,
+        HOUR,
+        effect["status"],
+        effect["tenant_id"],
+    ]
+
+
+def _receipt(effect: asyncpg.Record, details: str = "{}") -> list[Any]:
+    return [
+        effect["effect_id"],
+        effect["version"],
+        effect["status"],
+        "succeeded",
+        "settled",
+        "worker-a",
+        200,
+        _sealed(KEY_ID),
+        "response",
+        None,
+        details,
+        effect["tenant_id"],
+    ]
+
+
+def _columns(row: list[Any]) -> list[list[Any]]:
+    return [[value] for value in row]
+
+
+def _lists(s: Samples) -> list[list[Any]]:
+    """list_effects: no filter, then each filter and the cursor."""
+    at, effect_id = s.succeeded["created_at"], s.succeeded["effect_id"]
+    return [
+        ["tenant-0", None, None, None, None, None, None, 50],
+        [
+            "tenant-0",
+            ["outcome_unknown", "manual_review"],
+            None,
+            None,
+            None,
+            None,
+            None,
+            50,
+        ],
+        ["tenant-0", None, "route-3", None, None, None, None, 50],
+        ["tenant-0", None, None, "op-12", None, None, None, 50],
+        ["tenant-0", None, None, None, at, at, effect_id, 50],
+    ]
+
+
+def _running_call() -> list[Any]:
+    return [new_id(), bytes(32), LEASE]
+
+
+def _reseal_receipt(s: Samples) -> list[Any]:
+    old = bytes(s.receipt["response_ciphertext"])
+    fresh = _sealed("key-2", old[2 + len(KEY_ID) :])
+    return [["tenant-0"], [s.receipt["effect_id"]], [old], [fresh]]
+
+
+Case = Callable[[Samples], list[list[Any]]]
+_FIRST_ID = uuid.UUID(int=0)
+
+# Blocks that read a whole table on purpose: operator-run maintenance whose job is to
+# visit every stored payload, never run per request or on a timer. The test checks
+# they do scan, which also proves the counters it reads are counting.
+SCANNING: Mapping[str, Case] = {
+    # key rotation: counts every sealed payload by the key in its header
+    "master_key_ids_of_payloads": lambda s: [[]],
+    # key rotation: walks the payloads sealed under other keys, in effect id order
+    "requests_not_under_key": lambda s: [["key-2", _FIRST_ID, 100]],
+    "receipts_not_under_key": lambda s: [["key-2", _FIRST_ID, 100]],
+}
+
+# Every other block, with the parameter sets it runs with (each in its own rolled-back
+# transaction): the paths a live ledger takes, a fresh key and a taken one.
+CASES: Mapping[str, Case] = {
+    "reserve": lambda s: [
+        _reserve(s, "op-new", True),
+        _reserve(s, "op-new", False),
+        _reserve(s, s.succeeded["operation_key"], True),
+    ],
+    "start_attempt": lambda s: [_start(s.prepared), _start(s.retryable)],
+    "reserve_batch": lambda s: [_reserve_batch(s)],
+    "start_attempt_batch": lambda s: [_columns(_start(s.prepared))],
+    "record_receipt_batch": lambda s: [_columns(_receipt(s.dispatching))],
+    "transition": lambda s: [
+        [
+            s.dispatching["effect_id"],
+            s.dispatching["version"],
+            "dispatching",
+            "outcome_unknown",
+            "timeout",
+            "worker-a",
+            None,
+            None,
+            timedelta(seconds=5),
+            "timed out",
+            "{}",
+            None,
+            "tenant-0",
+        ],
+    ],
+    "record_receipt": lambda s: [_receipt(s.dispatching, details='{"a": 1}')],
+    "reschedule": lambda s: [
+        [
+            s.retryable["effect_id"],
+            s.retryable["version"],
+            "retryable",
+            timedelta(seconds=5),
+            "worker-a",
+            "busy",
+            "tenant-0",
+        ],
+    ],
+    "renew_lease": lambda s: [
+        [
+            s.dispatching["effect_id"],
+            s.dispatching["version"],
+            "worker-a",
+            LEASE,
+            "tenant-0",
+        ],
+    ],
+    "claim_due": lambda s: [[10, "worker-b", LEASE]],
+    "prune_settled": lambda s: [[["contract-0", "contract-1"], [HOUR, HOUR], 50]],
+    "get_effect": lambda s: [["tenant-0", s.succeeded["effect_id"]]],
+    "effect_versions": lambda s: [
+        [["tenant-0", "tenant-0"], [s.dispatching["effect_id"], s.succeeded["effect_id"]]]
+    ],
+    "get_effect_by_key": lambda s: [["tenant-0", s.succeeded["operation_key"]]],
+    "list_effects": _lists,
+    "get_receipt": lambda s: [["tenant-0", s.succeeded["effect_id"]]],
+    "list_events": lambda s: [["tenant-0", s.succeeded["effect_id"]]],
+    "list_attempts": lambda s: [["tenant-0", s.succeeded["effect_id"]]],
+    "verify_events": lambda s: [["tenant-0", s.succeeded["effect_id"]]],
+    "record_master_key": lambda s: [["key-3"]],
+    "list_master_keys": lambda s: [[]],
+    "ping": lambda s: [[]],
+    "add_tenant": lambda s: [["tenant-new"]],
+    "add_api_key": lambda s: [["key-new", "tenant-0", b"hash"]],
+    "get_api_key": lambda s: [["key-new"]],
+    "unknown_summary": lambda s: [[]],
+    "recent_duplicate": lambda s: [
+        ["tenant-0", s.succeeded["route"], s.succeeded["request_hash"], "op-new", DAY],
+    ],
+    "operation_key_usage": lambda s: [[HOUR], [DAY]],
+    "ledger_tables_without_autovacuum": lambda s: [[]],
+    "clock": lambda s: [[]],
+    "reseal_requests": lambda s: [
+        [
+            ["tenant-0"],
+            [s.succeeded["effect_id"]],
+            [bytes(s.succeeded["request_ciphertext"])],
+            [_sealed("key-2")],
+        ],
+    ],
+    "reseal_receipts": lambda s: [_reseal_receipt(s)],
+    "get_idempotency_root": lambda s: [[]],
+    "add_idempotency_root": lambda s: [[_sealed(KEY_ID)]],
+    "reseal_idempotency_root": lambda s: [[_sealed(KEY_ID), _sealed("key-2")]],
+    "retire_master_keys": lambda s: [[[KEY_ID], ["key-2"]]],
+    "begin_mcp_call": lambda s: [_running_call()],
+    "end_mcp_call": lambda s: [[new_id()]],
+    "mcp_call_running": lambda s: [[bytes(32)]],
+}
+
+
+# The periodic blocks (a metrics scrape, the reconciler's timer, doctor) and the most
+# rows one run may read, counted on the ledger before it runs: what the block is asked
+# for (a limit, a window, the effects awaiting someone), never the whole ledger.
+BOUNDS: Mapping[str, Callable[[list[Any]], list[Any]]] = {  # [query, *its arguments]
+    # each claimed effect: its due row, its update, the event it chains to, and one
+    "claim_due": lambda args: ["SELECT 5 * $1::int", args[0]],
+    # each pruned effect with its attempt, receipt and three events, and one
+    "prune_settled": lambda args: ["SELECT 8 * $1::int", args[2]],
+    "unknown_summary": lambda args: [
+        "SELECT count(*) FROM effects"
+        " WHERE status IN ('outcome_unknown', 'manual_review')"
+    ],
+    # the window's effects, and two index probes per tenant to find the tenants
+    "operation_key_usage": lambda args: [
+        f"SELECT count(*) + 2 * {TENANTS} FROM effects"
+        " WHERE created_at > now() - $1::interval",
+        args[0],
+    ],
+    # the expired rows it prunes, at most 100, each read to lock and read to delete
+    "begin_mcp_call": lambda args: ["SELECT 2 * 100"],
+}
+
+
+def test_every_block_is_classified() -> None:
+    """A new block must say whether it may scan before it can land."""
+    blocks = set(queries())
+    assert not set(SCANNING) & set(CASES), "a block is listed as scanning and not"
+    unclassified = blocks - set(SCANNING) - set(CASES)
+    assert not unclassified, f"add these blocks to CASES or SCANNING: {unclassified}"
+    gone = (set(SCANNING) | set(CASES)) - blocks
+    assert not gone, f"these classified blocks are no longer in queries.sql: {gone}"
+
+
+@dataclass(frozen=True)
+class Reads:
+    """What one run of a statement read from the watched tables."""
+
+    scans: dict[str, int]  # sequential scans, by table
+    rows: int  # rows read by any scan: sequentially, or fetched through an index
+
+
+async def _counters(conn: asyncpg.Connection) -> dict[str, tuple[int, int]]:
+    rows = await conn.fetch(
+        "SELECT relname::text, seq_scan,"
+        " seq_tup_read + coalesce(idx_tup_fetch, 0) AS tuples"
+        " FROM pg_stat_xact_user_tables WHERE relname = ANY($1::text[])",
+        list(WATCHED_TABLES),
+    )
+    return {row["relname"]: (row["seq_scan"], row["tuples"]) for row in rows}
+
+
+async def _reads_of(
+    conn: asyncpg.Connection, sql: str, args: Sequence[Any], mode: str
+) -> Reads:
+    """What one run of ``sql`` read under plan cache ``mode``, rolled back after."""
+    transaction = conn.transaction()
+    await transaction.start()
+    try:
+        await conn.execute(f"SET LOCAL plan_cache_mode = {mode}")
+        before = await _counters(conn)
+        await conn.fetch(sql, *args)
+        after = await _counters(conn)
+    finally:
+        await transaction.rollback()
+    delta = {t: (n - before[t][0], rows - before[t][1]) for t, (n, rows) in after.items()}
+    return Reads(
+        scans={t: n for t, (n, _) in delta.items() if n},
+        rows=sum(rows for _, rows in delta.values()),
+    )
+
+
+def _seq_scan_nodes(plan: Mapping[str, Any]) -> Iterator[str]:
+    if plan["Node Type"] == "Seq Scan" and plan.get("Relation Name") in WATCHED_TABLES:
+        yield plan["Relation Name"]
+    for child in plan.get("Plans", ()):
+        yield from _seq_scan_nodes(child)
+
+
+async def _explained_scans(
+    conn: asyncpg.Connection, sql: str, args: Sequence[Any]
+) -> list[str]:
+    document = await conn.fetchval(f"EXPLAIN (FORMAT JSON) {sql}", *args)
+    return list(_seq_scan_nodes(json.loads(document)[0]["Plan"]))
+
+
+async def _samples(conn: asyncpg.Connection) -> Samples:
+    succeeded = await effect_row(conn, "succeeded")
+    receipt = await conn.fetchrow(
+        "SELECT * FROM effect_receipts WHERE tenant_id = $1 AND effect_id = $2",
+        succeeded["tenant_id"],
+        succeeded["effect_id"],
+    )
+    return Samples(
+        prepared=await effect_row(conn, "prepared"),
+        dispatching=await effect_row(conn, "dispatching"),
+        retryable=await effect_row(conn, "retryable"),
+        succeeded=succeeded,
+        receipt=receipt,
+    )
+
+
+async def test_no_runtime_statement_scans_an_unanalyzed_ledger(database_url: str) -> None:
+    conn = await asyncpg.connect(database_url)
+    try:
+        await fill_ledger(conn)
+        samples = await _samples(conn)
+        for name, case in SCANNING.items():
+            for args in case(samples):
+                reads = await _reads_of(conn, queries()[name], args, PLAN_MODES[0])
+                assert reads.scans, f"{name} reads on an index now: move it to CASES"
+        scans: dict[str, object] = {}
+        for name, case in CASES.items():
+            sql = queries()[name]
+            for i, args in enumerate(case(samples)):
+                explained = await _explained_scans(conn, sql, args)
+                if explained:
+                    scans[f"{name}[{i}] EXPLAIN"] = explained
+                bound = BOUNDS.get(name)
+                most = await conn.fetchval(*bound(args)) if bound else None
+                for mode in PLAN_MODES:
+                    reads = await _reads_of(conn, sql, args, mode)
+                    if reads.scans:
+                        scans[f"{name}[{i}] {mode}"] = reads.scans
+                    if most is not None and reads.rows > most:
+                        scans[f"{name}[{i}] {mode} rows"] = f"{reads.rows}, over {most}"
+        # The planner still knew nothing but the tables' sizes when the plans were made.
+        assert all(tuples < 0 for tuples in (await never_analyzed(conn)).values())
+    finally:
+        await conn.close()
+    assert not scans, "statements read a whole table:\n" + "\n".join(
+        f"  {where}: {what}" for where, what in scans.items()
+    )
