@@ -367,9 +367,9 @@ LIMIT 1;
 
 -- operation_key_usage --
 -- Per route, effects created in the last $1 and how many distinct requests they carry.
--- Tenant by tenant on (tenant_id, created_at), the tenants found by skipping through the
--- primary key: no index leads with created_at, and this never reads the whole ledger.
 WITH RECURSIVE tenant AS (
+    -- Tenant by tenant on (tenant_id, created_at), the tenants found by skipping through
+    -- the primary key: no index leads with created_at, so this never reads the ledger.
     (SELECT tenant_id FROM effects ORDER BY tenant_id LIMIT 1)
     UNION ALL
     SELECT (SELECT e.tenant_id FROM effects AS e WHERE e.tenant_id > t.tenant_id
