@@ -177,7 +177,7 @@ async def call_node(
     return _reply(await run(args, s.environ, body))
 
 
-CLIENTS = ["curl", "requests", "httpx", "aiohttp", "node"]
+CLIENTS = ["curl", "requests", "httpx", "aiohttp", "urllib", "node"]
 
 
 @pytest.mark.parametrize("client", CLIENTS)

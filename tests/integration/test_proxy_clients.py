@@ -1,7 +1,9 @@
-"""Real HTTP clients through the proxy, as agents use it: curl, requests, httpx, aiohttp.
+"""Real HTTP clients through the proxy, as agents use it: curl, requests, httpx, aiohttp,
+the standard library's urllib, and Node's fetch.
 
 Forward mode takes the proxy from each client's own mechanism (curl ``-x``, the
-``HTTP_PROXY`` environment for requests and httpx, ``proxy=`` for aiohttp); reverse
+``HTTP_PROXY`` environment for requests, httpx and urllib, ``proxy=`` for aiohttp;
+Node's built-in fetch has no proxy of its own, so it runs in reverse mode only); reverse
 mode points the client's URL at the sidecar. For every client this proves: the first
 call reaches the target once under the derived key; a retry gets the stored receipt
 byte for byte with ``Idempotent-Replayed: true`` and no second charge; and neither the
@@ -12,8 +14,12 @@ upstream records every header it receives).
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
+import os
 import shutil
+import urllib.error
+import urllib.request
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -36,6 +42,7 @@ from tests.integration.harness import (
     running_broker,
     serve_handler,
 )
+from tests.integration.node_support import NODE_DIR, node_ready
 
 CHARGE = {"amount": 1000, "currency": "usd", "order_id": "order-42"}
 OPERATION_KEY = "order-42:charge"
@@ -154,17 +161,73 @@ def aiohttp_client() -> Client:
     return send
 
 
-@pytest.fixture(params=["curl", "requests", "httpx", "aiohttp"])
+def urllib_client(monkeypatch: pytest.MonkeyPatch) -> Client:
+    def post(url: str, headers: dict[str, str], body: bytes) -> Reply:
+        # A new opener per call: urlopen's default one keeps the proxies it first saw.
+        opener = urllib.request.build_opener()
+        request = urllib.request.Request(url, data=body, headers=headers, method="POST")
+        try:
+            with opener.open(request, timeout=10) as response:
+                return Reply(
+                    response.status, _lowered(response.headers.items()), response.read()
+                )
+        except urllib.error.HTTPError as refused:  # a 4xx/5xx answer is still one
+            return Reply(refused.code, _lowered(refused.headers.items()), refused.read())
+
+    async def send(
+        url: str, headers: dict[str, str], body: bytes, proxy: str | None
+    ) -> Reply:
+        use_proxy_from_environment(monkeypatch, proxy)
+        return await asyncio.to_thread(post, url, headers, body)
+
+    return send
+
+
+def node_fetch_client() -> Client:
+    """Node's built-in fetch, no proxy agent: reverse mode only (it has no proxy)."""
+    node_ready()
+
+    async def send(
+        url: str, headers: dict[str, str], body: bytes, proxy: str | None
+    ) -> Reply:
+        assert proxy is None, "Node's built-in fetch takes no proxy"
+        process = await asyncio.create_subprocess_exec(
+            "node",
+            str(NODE_DIR / "fetch_client.mjs"),
+            url,
+            json.dumps(headers),
+            env={**os.environ, "FETCH": "builtin"},
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        out, err = await asyncio.wait_for(process.communicate(body), 60)
+        assert process.returncode == 0, err.decode(errors="replace")
+        answer = json.loads(out)
+        return Reply(
+            answer["status"],
+            _lowered(answer["headers"]),
+            base64.b64decode(answer["body_b64"]),
+        )
+
+    return send
+
+
+@pytest.fixture
 def client(
     request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> Client:
     name = request.param
+    if name == "node":
+        return node_fetch_client()
     if name == "curl":
         return curl_client(tmp_path)
     if name == "requests":
         return requests_client(monkeypatch)
     if name == "httpx":
         return httpx_client(monkeypatch)
+    if name == "urllib":
+        return urllib_client(monkeypatch)
     return aiohttp_client()
 
 
@@ -250,9 +313,22 @@ MODES = {
     "forward": ("http://payments.internal/v1/charges", "http://echo.internal/v1/charges"),
     "reverse": ("{proxy}/payments/v1/charges", "{proxy}/echo/v1/charges"),
 }
+#: Every client in every mode it has: Node's built-in fetch has no proxy setting.
+MATRIX = pytest.mark.parametrize(
+    ("client", "mode"),
+    [
+        *(
+            (name, mode)
+            for name in ("curl", "requests", "httpx", "aiohttp", "urllib")
+            for mode in MODES
+        ),
+        ("node", "reverse"),
+    ],
+    indirect=["client"],
+)
 
 
-@pytest.mark.parametrize("mode", MODES)
+@MATRIX
 async def test_a_client_charges_once_and_a_retry_gets_the_receipt_byte_for_byte(
     client: Client, database_url: str, tmp_path: Path, mode: str
 ) -> None:
@@ -280,7 +356,7 @@ async def test_a_client_charges_once_and_a_retry_gets_the_receipt_byte_for_byte(
         assert broker.charges() == [charge]
 
 
-@pytest.mark.parametrize("mode", MODES)
+@MATRIX
 async def test_neither_the_client_key_nor_the_operation_key_reaches_the_target(
     client: Client, database_url: str, tmp_path: Path, mode: str
 ) -> None:

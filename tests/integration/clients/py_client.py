@@ -30,6 +30,18 @@ def with_httpx(url: str, headers: dict[str, str], body: bytes) -> Reply:
     return response.status_code, list(response.headers.items()), response.content
 
 
+def with_urllib(url: str, headers: dict[str, str], body: bytes) -> Reply:
+    import urllib.error
+    import urllib.request
+
+    request = urllib.request.Request(url, data=body, headers=headers, method="POST")
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return response.status, list(response.headers.items()), response.read()
+    except urllib.error.HTTPError as refused:  # a 4xx/5xx answer is still an answer
+        return refused.code, list(refused.headers.items()), refused.read()
+
+
 def with_aiohttp(url: str, headers: dict[str, str], body: bytes) -> Reply:
     import aiohttp
 
@@ -43,7 +55,12 @@ def with_aiohttp(url: str, headers: dict[str, str], body: bytes) -> Reply:
     return asyncio.run(send())
 
 
-CLIENTS = {"requests": with_requests, "httpx": with_httpx, "aiohttp": with_aiohttp}
+CLIENTS = {
+    "requests": with_requests,
+    "httpx": with_httpx,
+    "aiohttp": with_aiohttp,
+    "urllib": with_urllib,
+}
 
 
 def main() -> None:
