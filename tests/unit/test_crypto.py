@@ -240,3 +240,17 @@ def test_error_messages_never_contain_plaintext_or_keys() -> None:
         text = str(caught.value).encode()
         assert not any(secret in text for secret in secrets)
         assert caught.value.__cause__ is None
+
+
+def test_parts_seal_to_a_blob_of_the_same_form_that_opens_to_their_join() -> None:
+    """``encrypt_parts`` is ``encrypt`` of the joined parts (another random nonce):
+    same length, opened by the same ``decrypt``, and bound to the same row and kind."""
+    parts = [PLAINTEXT[:7], b"", PLAINTEXT[7:]]
+    blob = KEYRING.encrypt_parts(**WHERE, parts=parts)
+    assert len(blob) == len(_blob())
+    assert blob[:2] == _blob()[:2]
+    assert KEYRING.decrypt(**WHERE, blob=blob) == PLAINTEXT
+    with pytest.raises(DecryptionError):
+        KEYRING.decrypt(**{**WHERE, "kind": "response"}, blob=blob)
+    with pytest.raises(DecryptionError):
+        KEYRING.decrypt(**WHERE, blob=blob[:-1] + bytes([blob[-1] ^ 1]))

@@ -11,6 +11,7 @@ from effect_broker.engine.messages import (
     decode_response,
     encode_request,
     encode_response,
+    encoded_response_parts,
 )
 
 
@@ -38,3 +39,10 @@ def test_a_request_is_written_byte_for_byte_as_before() -> None:
     )
     assert encode_request(request) == _framed(head, b"")
     assert decode_request(encode_request(request)) == request
+
+
+def test_a_response_in_parts_is_its_encoding_split_before_the_body() -> None:
+    response = StoredResponse(200, "OK", [("Content-Type", "text/plain")], b"body")
+    head, body = encoded_response_parts(response)
+    assert body is response.body  # not copied
+    assert head + body == encode_response(response)

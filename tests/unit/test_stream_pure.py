@@ -120,3 +120,60 @@ async def test_a_ledger_that_refuses_renewals_is_not_hammered() -> None:
     assert ended.finished
     gaps = [b - a for a, b in itertools.pairwise(renewals)]
     assert len(gaps) == 2 and min(gaps) >= RENEW_RETRY * 0.9, gaps
+
+
+class _BufferedBody:
+    """A body whose first event came in with the head; one more follows, then the end."""
+
+    def __init__(self) -> None:
+        self._chunks = [b"data: 1\n\n", b""]
+        self._buffered = b"data: 0\n\n"
+
+    def read_nowait(self) -> bytes:
+        buffered, self._buffered = self._buffered, b""
+        return buffered
+
+    async def readany(self) -> bytes:
+        return self._chunks.pop(0)
+
+
+async def test_bytes_taken_with_the_head_are_recorded_and_not_offered_again() -> None:
+    """What ``take_arrived`` hands the caller (to send with the head) is the receipt's
+    first bytes, and the sink gets only what came after."""
+    live = SimpleNamespace(content=_BufferedBody(), close=lambda: None)
+    kept: list[bytes] = []
+
+    async def settle(effect: Effect, ending: Ending) -> Effect:
+        kept.append(ending.response.body)
+        return effect
+
+    async def unused(*_: object) -> Effect:
+        raise AssertionError("no renewal within the lease")
+
+    async def release() -> None:
+        return None
+
+    stream = RecordedStream(
+        cast(Effect, SimpleNamespace(effect_id="e-2")),
+        StoredResponse(200, "OK", [("Content-Type", "text/event-stream")], b""),
+        cast(aiohttp.ClientResponse, live),
+        idle_timeout=5.0,
+        max_body=1024,
+        settle=settle,
+        renew=unused,
+        release=release,
+        lease_ends_in=60.0,
+        renew_lease=60.0,
+    )
+    assert stream.take_arrived() == b"data: 0\n\n"
+    offered: list[bytes] = []
+
+    async def sink(chunk: bytes) -> None:
+        offered.append(chunk)
+
+    ended = await asyncio.wait_for(stream.run(sink), 10)
+    assert ended.finished
+    assert offered == [b"data: 1\n\n"]
+    assert kept == [b"data: 0\n\ndata: 1\n\n"]
+    with pytest.raises(RuntimeError):
+        stream.take_arrived()

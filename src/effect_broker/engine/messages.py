@@ -37,8 +37,13 @@ _HEAD_ENCODER = json.JSONEncoder(separators=(",", ":"))
 
 
 def _pack(head: Mapping[str, object], body: bytes) -> bytes:
+    return b"".join(_packed_parts(head, body))
+
+
+def _packed_parts(head: Mapping[str, object], body: bytes) -> tuple[bytes, bytes]:
+    """``_pack``'s bytes as the packed head and the body, not yet joined."""
     encoded = _HEAD_ENCODER.encode({"v": _VERSION, **head}).encode()
-    return len(encoded).to_bytes(4, "big") + encoded + body
+    return len(encoded).to_bytes(4, "big") + encoded, body
 
 
 def _unpack(blob: bytes) -> tuple[dict[str, object], bytes]:
@@ -71,12 +76,18 @@ def decode_request(blob: bytes) -> StoredRequest:
 
 
 def encode_response(response: StoredResponse) -> bytes:
+    return b"".join(encoded_response_parts(response))
+
+
+def encoded_response_parts(response: StoredResponse) -> tuple[bytes, bytes]:
+    """``encode_response`` as its packed head and the body, for a sealer that takes
+    them apart (``Keyring.encrypt_parts``) instead of copying the body behind the head."""
     head = {
         "status": response.status,
         "reason": response.reason,
         "headers": response.headers,
     }
-    return _pack(head, response.body)
+    return _packed_parts(head, response.body)
 
 
 def decode_response(blob: bytes) -> StoredResponse:

@@ -15,7 +15,7 @@ from effect_broker.engine.messages import (
     decode_request,
     decode_response,
     encode_request,
-    encode_response,
+    encoded_response_parts,
 )
 from effect_broker.errors import DecryptionError
 from effect_broker.models import Effect, Receipt
@@ -33,11 +33,11 @@ def seal_request(
 
 
 def seal_response(keyring: Keyring, effect: Effect, response: StoredResponse) -> bytes:
-    return keyring.encrypt(
+    return keyring.encrypt_parts(
         tenant_id=effect.tenant_id,
         effect_id=str(effect.effect_id),
         kind="response",
-        plaintext=encode_response(response),
+        parts=encoded_response_parts(response),
     )
 
 

@@ -169,7 +169,24 @@ class RecordedStream:
         self._renew_lease = renew_lease
         self._stopping = asyncio.Event()
         self._ran = False
+        self._arrived = b""  # taken by ``take_arrived``: recorded, never offered again
         self.elapsed = 0.0  # seconds spent reading the body from the target, once run
+
+    def take_arrived(self) -> bytes:
+        """The body's bytes that came in with the head and wait in the buffer now.
+
+        The caller sends them to the client itself, in one write with the head: one
+        packet and one wake-up of the client fewer before its first byte. ``run``
+        records them in the receipt first and does not offer them to its sink again.
+        Nothing is waited for: a body whose first bytes are not here yet returns b"".
+        """
+        if self._ran or self._arrived:
+            raise RuntimeError("the arrived bytes are taken once, before the stream runs")
+        try:
+            self._arrived = self._live.content.read_nowait()
+        except (aiohttp.ClientError, OSError):
+            return b""  # the read in ``run`` meets the same error and says so
+        return self._arrived
 
     async def run(self, sink: Sink | None) -> StreamEnd:
         """Read the target's body to its end, give each chunk to ``sink`` while it
@@ -205,6 +222,7 @@ class RecordedStream:
 
     async def _read(self, sink: Sink | None) -> Ending:
         copy = ReceiptCopy(self._max_body)
+        copy.add(self._arrived)  # already with the client (``take_arrived``)
         started = time.perf_counter()
         try:
             while True:

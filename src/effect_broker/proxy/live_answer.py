@@ -1,8 +1,9 @@
 """A recorded answer of unknown length, passed to the client while it is recorded.
 
 The engine hands back the answer's head and an open ``RecordedStream``; this module
-sends the head at once (``Effect-Status: dispatching``: nothing is settled yet), gives
-the client every chunk as the target sends it, and sends the end of the body (the last
+sends the head at once (``Effect-Status: dispatching``: nothing is settled yet), in
+one write with whatever of the body came in with the target's head, gives the client
+every chunk as the target sends it, and sends the end of the body (the last
 chunk of chunked framing, or the close of an HTTP/1.0 answer) only once the stream has
 settled the effect in the ledger. A stream that broke off, went quiet, or could not be
 recorded is cut instead: the client sees an incomplete body, never a complete-looking
@@ -34,7 +35,9 @@ async def stream_recorded(request: web.Request, outcome: Answered) -> web.Stream
     attempt = outcome.attempt
     stream, head = attempt.stream, attempt.response
     assert stream is not None and head is not None
-    out = web.StreamResponse(status=head.status, reason=head.reason or None)
+    arrived = stream.take_arrived()
+    response = _HeadWithFirstBytes if arrived else web.StreamResponse
+    out = response(status=head.status, reason=head.reason or None)
     for name, value in head.headers:
         if name.lower() not in _NOT_PASSED_ON and name != STREAMED_HEADER:
             out.headers.add(name, value)
@@ -42,6 +45,8 @@ async def stream_recorded(request: web.Request, outcome: Answered) -> web.Stream
     sink: Sink | None = out.write
     try:
         await out.prepare(request)
+        if arrived:
+            await out.write(arrived)  # with the head, in one write
     except ConnectionError:
         sink = None  # gone before the head: still read and settle
     task = asyncio.create_task(stream.run(sink))
@@ -54,6 +59,19 @@ async def stream_recorded(request: web.Request, outcome: Answered) -> web.Stream
     else:
         _cut(request)
     return out
+
+
+class _HeadWithFirstBytes(web.StreamResponse):
+    """A streamed answer whose head waits in aiohttp's writer for the first write of
+    the body, so that both leave in one packet (what aiohttp's ``web.Response`` does).
+
+    Used when the first bytes of the body are already here: the client's first byte
+    then needs one packet and one wake-up instead of two. Without any (a target that
+    sends its head and then thinks), the head goes at once, as a client waiting for
+    it should see it.
+    """
+
+    _send_headers_immediately = False
 
 
 def _cut(request: web.Request) -> None:
