@@ -1,0 +1,79 @@
+"""The ledger distributed by tenant on a real Citus cluster (the opt-in run).
+
+Run with ``EFFECT_BROKER_TEST_CITUS_URL`` set to a coordinator (deploy/citus/cluster.sh);
+the shared fixtures then distribute every test's ledger, so the ledger, reserve and
+reconciler test modules named in CONTRIBUTING run here too. Without it this module is
+skipped with one line that says why.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from datetime import timedelta
+
+import asyncpg
+import pytest
+
+from effect_broker.models import EffectStatus
+from effect_broker.store import Store
+from effect_broker.store.distribute import DISTRIBUTED_TABLES, distribute, is_distributed
+from tests.citus_support import SKIP_REASON, citus_url
+from tests.integration.ledger import LEASE, reserve
+
+if citus_url() is None:
+    pytest.skip(SKIP_REASON, allow_module_level=True)
+
+
+@pytest.fixture
+async def raw(database_url: str) -> AsyncIterator[asyncpg.Connection]:
+    conn = await asyncpg.connect(database_url)
+    yield conn
+    await conn.close()
+
+
+async def test_the_ledger_tables_are_co_located_by_tenant(
+    raw: asyncpg.Connection,
+) -> None:
+    rows = await raw.fetch(
+        "SELECT logicalrelid::regclass::text AS name, partmethod::text AS method,"
+        " colocationid FROM pg_dist_partition"
+    )
+    placed = {row["name"]: (row["method"], row["colocationid"]) for row in rows}
+    assert {placed[table][0] for table in DISTRIBUTED_TABLES} == {"h"}
+    assert len({placed[table][1] for table in DISTRIBUTED_TABLES}) == 1
+    assert placed["tenants"][0] == "n" and placed["master_keys"][0] == "n"
+    assert await is_distributed(raw)
+
+
+async def test_distributing_again_changes_nothing(raw: asyncpg.Connection) -> None:
+    before = await raw.fetchval("SELECT count(*) FROM pg_dist_shard")
+    await distribute(raw, "citus")
+    assert await raw.fetchval("SELECT count(*) FROM pg_dist_shard") == before
+
+
+async def test_effects_of_fifty_tenants_land_on_both_workers(
+    store: Store, raw: asyncpg.Connection
+) -> None:
+    for n in range(50):
+        await reserve(store, tenant_id=f"tenant-{n:02d}")
+    ports = await raw.fetch(
+        "SELECT DISTINCT s.nodeport FROM (SELECT DISTINCT tenant_id FROM effects) t,"
+        " LATERAL (SELECT nodeport FROM citus_shards WHERE shardid ="
+        " get_shard_id_for_distribution_column('effects', t.tenant_id)) s"
+    )
+    assert len(ports) == 2
+    assert await raw.fetchval("SELECT count(*) FROM effects") == 50
+
+
+async def test_the_reconciler_claims_due_work_of_every_tenant(store: Store) -> None:
+    tenants = [f"tenant-{n}" for n in range(6)]
+    for tenant in tenants:
+        effect = (await reserve(store, tenant_id=tenant)).effect
+        await store.start_attempt(effect, owner="dead-proxy", lease=timedelta(0))
+
+    claimed = await store.claim_due(owner="worker-1", lease=LEASE, limit=100)
+
+    assert sorted(effect.tenant_id for effect in claimed) == tenants
+    for effect in claimed:
+        assert effect.status is EffectStatus.DISPATCHING
+        assert await store.verify_events(effect.tenant_id, effect.effect_id) is None
