@@ -71,8 +71,9 @@ async def create_template(coordinator: str, name: str) -> None:
         await _on_node(with_database(url, name), "CREATE EXTENSION citus")
 
 
-async def create_ledger(coordinator: str, template: str) -> str:
-    """A fresh database on every node, its workers added, migrated and distributed."""
+async def create_ledger(coordinator: str, template: str, *, migrated: bool = True) -> str:
+    """A fresh database on every node, its workers added, migrated and distributed
+    (or, with ``migrated=False``, left empty for ``migrate --distribute`` to do it)."""
     name = f"eb_citus_{uuid.uuid4().hex[:12]}"
     _, workers = await cluster_nodes(coordinator)
     for url in [coordinator] + [node_url(coordinator, h, p) for h, p in workers]:
@@ -84,8 +85,9 @@ async def create_ledger(coordinator: str, template: str) -> str:
         await conn.execute("SELECT citus_set_coordinator_host($1, $2)", host, port)
         for worker_host, worker_port in workers:
             await conn.execute("SELECT citus_add_node($1, $2)", worker_host, worker_port)
-        await apply_migrations(conn)
-        await distribute(conn, "citus", shard_count=TEST_SHARD_COUNT)
+        if migrated:
+            await apply_migrations(conn)
+            await distribute(conn, "citus", shard_count=TEST_SHARD_COUNT)
     finally:
         await conn.close()
     return ledger

@@ -8,16 +8,20 @@ skipped with one line that says why.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from datetime import timedelta
+from urllib.parse import urlsplit
 
 import asyncpg
 import pytest
+from typer.testing import CliRunner
 
+from effect_broker.cli import _register, app
 from effect_broker.models import EffectStatus
 from effect_broker.store import Store
 from effect_broker.store.distribute import DISTRIBUTED_TABLES, distribute, is_distributed
-from tests.citus_support import SKIP_REASON, citus_url
+from tests.citus_support import SKIP_REASON, citus_url, create_ledger, drop_everywhere
 from tests.integration.ledger import LEASE, reserve
 
 if citus_url() is None:
@@ -77,3 +81,40 @@ async def test_the_reconciler_claims_due_work_of_every_tenant(store: Store) -> N
     for effect in claimed:
         assert effect.status is EffectStatus.DISPATCHING
         assert await store.verify_events(effect.tenant_id, effect.effect_id) is None
+
+
+@pytest.fixture
+async def bare_cluster_database(
+    server_dsn: str, template_database: str
+) -> AsyncIterator[str]:
+    url = await create_ledger(server_dsn, template_database, migrated=False)
+    yield url
+    await drop_everywhere(server_dsn, urlsplit(url).path.lstrip("/"))
+
+
+async def test_the_command_migrates_and_distributes_a_cluster_database(
+    bare_cluster_database: str,
+) -> None:
+    _register("migrate")
+    argv = ["migrate", "--database-url", bare_cluster_database, "--distribute", "citus"]
+
+    first = await asyncio.to_thread(CliRunner().invoke, app, argv)
+    again = await asyncio.to_thread(CliRunner().invoke, app, argv)
+
+    assert first.exit_code == 0, first.output
+    assert "Distributed by tenant on citus 13." in first.output
+    assert again.exit_code == 0, again.output
+    conn = await asyncpg.connect(bare_cluster_database)
+    try:
+        assert await is_distributed(conn)
+        recorded = await conn.fetchval("SELECT count(*) FROM ledger_distribution")
+        functions = await conn.fetch(
+            "SELECT objid::regprocedure::text AS name, distribution_argument_index"
+            " FROM pg_dist_object WHERE classid = 'pg_proc'::regclass"
+        )
+    finally:
+        await conn.close()
+    assert recorded == 1
+    by_name = {row["name"].split("(")[0]: row for row in functions}
+    assert by_name["reserve_effect"]["distribution_argument_index"] is not None
+    assert by_name["append_effect_event"]["distribution_argument_index"] == 0
