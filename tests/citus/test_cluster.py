@@ -118,3 +118,21 @@ async def test_the_command_migrates_and_distributes_a_cluster_database(
     by_name = {row["name"].split("(")[0]: row for row in functions}
     assert by_name["reserve_effect"]["distribution_argument_index"] is not None
     assert by_name["append_effect_event"]["distribution_argument_index"] == 0
+
+
+async def test_a_later_migration_may_change_the_ledger_triggers(
+    raw: asyncpg.Connection,
+) -> None:
+    # A new session, as a later `migrate` is: the database carries the setting.
+    assert await raw.fetchval("SHOW citus.enable_unsafe_triggers") == "on"
+    async with raw.transaction():
+        await raw.execute(
+            "CREATE FUNCTION later_guard() RETURNS trigger LANGUAGE plpgsql"
+            " AS $$ BEGIN RETURN NEW; END $$"
+        )
+        await raw.execute(
+            "CREATE TRIGGER later_guard BEFORE UPDATE ON effect_events"
+            " FOR EACH ROW EXECUTE FUNCTION later_guard()"
+        )
+        await raw.execute("DROP TRIGGER later_guard ON effect_events")
+        await raw.execute("DROP FUNCTION later_guard()")
