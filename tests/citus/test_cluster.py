@@ -2,15 +2,18 @@
 
 Run with ``EFFECT_BROKER_TEST_CITUS_URL`` set to a coordinator (deploy/citus/cluster.sh);
 the shared fixtures then distribute every test's ledger, so the ledger, reserve and
-reconciler test modules named in CONTRIBUTING run here too. Without it this module is
-skipped with one line that says why.
+reconciler test modules that docs/how-to/citus.md lists run on the cluster too. This
+module adds what only a cluster shows, and the crash matrix's kill and zombie cells on
+distributed ledgers. Without the variable it is skipped with one line that says why.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from datetime import timedelta
+from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 import asyncpg
@@ -18,6 +21,8 @@ import pytest
 from typer.testing import CliRunner
 
 from effect_broker.cli import _register, app
+from effect_broker.demo import crash_matrix
+from effect_broker.demo.crash_matrix.verdicts import SIGKILL_IN_FLIGHT, ZOMBIE
 from effect_broker.models import EffectStatus
 from effect_broker.store import Store
 from effect_broker.store.distribute import DISTRIBUTED_TABLES, distribute, is_distributed
@@ -136,3 +141,48 @@ async def test_a_later_migration_may_change_the_ledger_triggers(
         )
         await raw.execute("DROP TRIGGER later_guard ON effect_events")
         await raw.execute("DROP FUNCTION later_guard()")
+
+
+# The crash matrix's kill and zombie cells: real `serve` processes on a distributed
+# ledger, SIGKILLed in flight, and frozen past their lease while another proxy takes
+# the effect over; judged by the matrix's own rules.
+CRASH_SCENARIOS = (SIGKILL_IN_FLIGHT, ZOMBIE)
+
+
+@pytest.fixture(scope="module")
+def crash_cells(
+    server_dsn: str, template_database: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Any]:
+    made: list[str] = []
+    one_at_a_time: list[asyncio.Lock] = []  # made in the matrix's own loop
+
+    async def make_ledger() -> str:
+        # Adding workers to two new databases at once races on the cluster-wide role
+        # sync ("tuple concurrently updated"): cells make their ledgers in turn.
+        if not one_at_a_time:
+            one_at_a_time.append(asyncio.Lock())
+        async with one_at_a_time[0]:
+            url = await create_ledger(server_dsn, template_database)
+        made.append(url)
+        return url
+
+    try:
+        yield crash_matrix.run_matrix(
+            server_dsn,
+            Path(tmp_path_factory.mktemp("citus-crash-cells")),
+            progress=print,
+            scenarios=CRASH_SCENARIOS,
+            parallel=2,
+            make_ledger=make_ledger,
+        )
+    finally:
+        for url in made:
+            asyncio.run(drop_everywhere(server_dsn, urlsplit(url).path.lstrip("/")))
+
+
+@pytest.mark.timeout(1200)
+def test_no_kill_or_zombie_cell_breaks_its_rule(crash_cells: Any) -> None:
+    assert crash_cells.violations == []
+    assert len(crash_cells.cells) == crash_matrix.cell_count(
+        crash_matrix.MODES, CRASH_SCENARIOS
+    )
