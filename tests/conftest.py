@@ -19,6 +19,8 @@ import pytest
 
 from effect_broker.store import Store
 from effect_broker.store.migrations import apply_migrations
+from tests import citus_support as citus
+from tests.citus_support import citus_url
 from tests.database import connect_admin, session_server, with_database
 
 INTEGRATION_DIR = Path(__file__).parent / "integration"
@@ -45,7 +47,12 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 @pytest.fixture(scope="session")
 def server_dsn() -> Iterator[str]:
-    """The test server (see tests/database.py for where it comes from)."""
+    """The test server (see tests/database.py for where it comes from), or the Citus
+    coordinator of the opt-in run (tests/citus_support.py)."""
+    coordinator = citus_url()
+    if coordinator is not None:
+        yield coordinator
+        return
     with session_server() as dsn:
         yield dsn
 
@@ -74,6 +81,11 @@ async def _drop_database(server: str, name: str) -> None:
 @pytest.fixture(scope="session")
 def template_database(server_dsn: str) -> Iterator[str]:
     name = f"eb_template_{uuid.uuid4().hex[:12]}"
+    if citus_url() is not None:  # on every node, with the extension and nothing else
+        asyncio.run(citus.create_template(server_dsn, name))
+        yield name
+        asyncio.run(citus.drop_everywhere(server_dsn, name))
+        return
     asyncio.run(_create_template(server_dsn, name))
     yield name
     asyncio.run(_drop_database(server_dsn, name))
@@ -94,7 +106,13 @@ async def empty_database_url(server_dsn: str) -> AsyncIterator[str]:
 
 @pytest.fixture
 async def database_url(server_dsn: str, template_database: str) -> AsyncIterator[str]:
-    """A freshly migrated database of this test's own."""
+    """A freshly migrated database of this test's own (distributed by tenant in the
+    opt-in Citus run)."""
+    if citus_url() is not None:
+        ledger = await citus.create_ledger(server_dsn, template_database)
+        yield ledger
+        await citus.drop_everywhere(server_dsn, ledger.rsplit("/", 1)[-1])
+        return
     name = f"eb_test_{uuid.uuid4().hex[:12]}"
     admin = await connect_admin(server_dsn)
     try:

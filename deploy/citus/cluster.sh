@@ -71,6 +71,8 @@ port = $(port_of "$i")
 unix_socket_directories = '$dir'
 shared_preload_libraries = 'citus'
 max_connections = 200
+# one Citus maintenance daemon per database: the tests make a database per test
+max_worker_processes = 64
 fsync = off
 EOF
         fi

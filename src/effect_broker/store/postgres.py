@@ -27,7 +27,9 @@ from effect_broker.models import (
     SafetyClass,
 )
 from effect_broker.state_machine import TERMINAL, check_transition
+from effect_broker.store.claims import Claims
 from effect_broker.store.coalesced import CoalescedWrites
+from effect_broker.store.distribute import distribute, require_engine
 from effect_broker.store.dsn import ledger_endpoints
 from effect_broker.store.keys import LedgerKeys
 from effect_broker.store.migrations import Migration, apply_migrations, pending_migrations
@@ -55,7 +57,7 @@ async def _init_connection(conn: asyncpg.Connection) -> None:
     )
 
 
-class Store(CoalescedWrites, LedgerReads, LedgerKeys, RunningCalls):
+class Store(CoalescedWrites, LedgerReads, LedgerKeys, RunningCalls, Claims):
     """The ledger. Every state change is a compare-and-swap on ``Effect.version``.
 
     A write whose expected version is stale changes nothing and raises ``StaleVersion``:
@@ -99,6 +101,19 @@ class Store(CoalescedWrites, LedgerReads, LedgerKeys, RunningCalls):
     async def migrate(self) -> list[Migration]:
         async with translated(), self._pool.acquire() as conn:
             return await apply_migrations(conn)
+
+    async def require_engine(self, engine: str) -> None:
+        """Raise ``MigrationError`` unless this database runs ``engine``."""
+        async with translated(), self._pool.acquire() as conn:
+            await require_engine(conn, engine)
+
+    async def distribute(self, engine: str, *, shard_count: int | None = None) -> str:
+        """Place the migrated ledger on a cluster (``store/distribute.py``); return the
+        engine's version. From now on this store claims work tenant by tenant."""
+        async with translated(), self._pool.acquire() as conn:
+            version = await distribute(conn, engine, shard_count=shard_count)
+        self._per_tenant = True
+        return version
 
     async def pending_migrations(self) -> list[Migration]:
         async with translated(), self._pool.acquire() as conn:
@@ -307,40 +322,6 @@ class Store(CoalescedWrites, LedgerReads, LedgerKeys, RunningCalls):
         )
         async with translated("record_receipt"):
             return await self._receipts.submit(request)
-
-    # -- the reconciler -----------------------------------------------------------------
-
-    async def claim_due(
-        self, *, owner: str, lease: timedelta, limit: int
-    ) -> list[Effect]:
-        """Lease effects whose wake-up time passed; rows another worker holds are skipped.
-
-        Claiming bumps the version, so whoever held an expired lease is fenced from now
-        on.
-        """
-        async with translated("claim_due"):
-            rows = await self._pool.fetch(self._sql["claim_due"], limit, owner, lease)
-        return [effect_of(row) for row in rows]
-
-    async def prune_settled(
-        self, retention: Mapping[str, timedelta], *, limit: int
-    ) -> list[str]:
-        """Delete up to ``limit`` settled effects, whole, past their contract's ledger
-        retention (by contract name); return the route of each one deleted.
-
-        The only way anything leaves the ledger: the database itself refuses to delete
-        an unsettled effect, or a receipt or event of an effect that still exists. An
-        effect whose key retention is still ahead stays, so a replay after pruning is a
-        new effect only once the target may have forgotten the key too.
-        """
-        async with translated("prune_settled"):
-            rows = await self._pool.fetch(
-                self._sql["prune_settled"],
-                list(retention),
-                list(retention.values()),
-                limit,
-            )
-        return [row["route"] for row in rows]
 
     # -- helpers ------------------------------------------------------------------------
 

@@ -1,7 +1,9 @@
 -- Every query effect-broker runs at runtime, one named block each.
 -- A block starts with "-- name --" and a one-line description; parameters are $n only.
 -- Each write that changes an effect bumps its version (compare-and-swap) and appends the
--- event for that version through append_effect_event, in the same statement.
+-- event for that version in the same statement: through append_effect_event, or (in the
+-- writes a sharded ledger runs on a shard, where a function that writes cannot be
+-- called from the statement) by inserting it chained to its predecessor directly.
 
 -- reserve --
 -- Insert the effect (started at once when $14) or return the existing one and its receipt.
@@ -162,11 +164,24 @@ WITH clock AS (
     FROM clock
     WHERE e.tenant_id = $13 AND e.effect_id = $1 AND e.version = $2 AND e.status = $3
     RETURNING e.*
+), chained AS (
+    -- The new version's predecessor event; a missing one leaves the digest NULL, which
+    -- the events' NOT NULL refuses (see claim_due_of_tenant).
+    SELECT moved.*, prev.digest AS prev_digest, $11::jsonb AS event_details
+    FROM moved
+    LEFT JOIN effect_events AS prev
+        ON prev.tenant_id = $13 AND prev.effect_id = moved.effect_id
+       AND prev.seq = moved.version - 1
+), event AS (
+    INSERT INTO effect_events (tenant_id, effect_id, seq, kind, from_status, to_status,
+                               actor, details, occurred_at, prev_digest, digest)
+    SELECT tenant_id, effect_id, version, $5::text, $3::text, $4::text, $6::text,
+           event_details, updated_at, prev_digest,
+           effect_event_digest(prev_digest, effect_id, version, $5::text, $3::text,
+                               $4::text, $6::text, event_details, updated_at)
+    FROM chained
 )
-SELECT moved.*, append_effect_event(
-    moved.tenant_id, moved.effect_id, moved.version, $5, $3, $4, $6, $11::jsonb,
-    moved.updated_at
-) IS NOT NULL AS event_written
+SELECT moved.*, true AS event_written
 FROM moved;
 
 -- record_receipt --
@@ -208,11 +223,26 @@ WITH moved AS (
         updated_at = now()
     WHERE tenant_id = $7 AND effect_id = $1 AND version = $2 AND status = $3
     RETURNING effects.*
+), chained AS (
+    -- The new version's predecessor event; a missing one leaves the digest NULL, which
+    -- the events' NOT NULL refuses (see claim_due_of_tenant).
+    SELECT moved.*, prev.digest AS prev_digest,
+           jsonb_build_object('delay_seconds', extract(epoch FROM $4::interval))
+               AS event_details
+    FROM moved
+    LEFT JOIN effect_events AS prev
+        ON prev.tenant_id = $7 AND prev.effect_id = moved.effect_id
+       AND prev.seq = moved.version - 1
+), event AS (
+    INSERT INTO effect_events (tenant_id, effect_id, seq, kind, from_status, to_status,
+                               actor, details, occurred_at, prev_digest, digest)
+    SELECT tenant_id, effect_id, version, 'rescheduled', $3::text, $3::text, $5::text,
+           event_details, updated_at, prev_digest,
+           effect_event_digest(prev_digest, effect_id, version, 'rescheduled', $3::text,
+                               $3::text, $5::text, event_details, updated_at)
+    FROM chained
 )
-SELECT moved.*, append_effect_event(
-    moved.tenant_id, moved.effect_id, moved.version, 'rescheduled', $3, $3, $5,
-    jsonb_build_object('delay_seconds', extract(epoch FROM $4::interval)), moved.updated_at
-) IS NOT NULL AS event_written
+SELECT moved.*, true AS event_written
 FROM moved;
 
 -- renew_lease --
@@ -226,17 +256,78 @@ WITH moved AS (
     WHERE tenant_id = $5 AND effect_id = $1 AND version = $2 AND status = 'dispatching'
       AND lease_owner = $3
     RETURNING effects.*
+), chained AS (
+    -- The new version's predecessor event; a missing one leaves the digest NULL, which
+    -- the events' NOT NULL refuses (see claim_due_of_tenant).
+    SELECT moved.*, prev.digest AS prev_digest,
+           jsonb_build_object('lease_seconds', extract(epoch FROM $4::interval))
+               AS event_details
+    FROM moved
+    LEFT JOIN effect_events AS prev
+        ON prev.tenant_id = $5 AND prev.effect_id = moved.effect_id
+       AND prev.seq = moved.version - 1
+), event AS (
+    INSERT INTO effect_events (tenant_id, effect_id, seq, kind, from_status, to_status,
+                               actor, details, occurred_at, prev_digest, digest)
+    SELECT tenant_id, effect_id, version, 'lease_renewed', 'dispatching', 'dispatching',
+           $3::text, event_details, updated_at, prev_digest,
+           effect_event_digest(prev_digest, effect_id, version, 'lease_renewed',
+                               'dispatching', 'dispatching', $3::text, event_details,
+                               updated_at)
+    FROM chained
 )
-SELECT moved.*, append_effect_event(
-    moved.tenant_id, moved.effect_id, moved.version, 'lease_renewed', 'dispatching',
-    'dispatching', $3, jsonb_build_object('lease_seconds', extract(epoch FROM $4::interval)),
-    moved.updated_at
-) IS NOT NULL AS event_written
+SELECT moved.*, true AS event_written
 FROM moved;
 
 -- claim_due --
 -- Lease up to $1 effects whose wake-up time has passed, skipping rows others hold.
 SELECT * FROM claim_due_effects($1, $2, $3);
+
+-- tenants_due --
+-- The tenants with due effects, oldest wake-up first, without locking (sharded ledger).
+SELECT tenant_id FROM effects
+WHERE due_at <= now()
+GROUP BY tenant_id
+ORDER BY min(due_at), tenant_id
+LIMIT $1;
+
+-- claim_due_of_tenant --
+-- claim_due within tenant $4, on its shard; the statement appends the events itself.
+WITH due AS (
+    SELECT tenant_id, effect_id, lease_owner AS previous_owner FROM effects
+    WHERE tenant_id = $4 AND due_at <= now()
+    ORDER BY due_at
+    LIMIT $1
+    FOR UPDATE SKIP LOCKED
+), claimed AS (
+    UPDATE effects e SET
+        version = e.version + 1,
+        lease_owner = $2,
+        lease_expires_at = now() + $3::interval,
+        due_at = now() + $3::interval,
+        updated_at = now()
+    FROM due
+    WHERE e.tenant_id = $4 AND e.effect_id = due.effect_id
+    RETURNING e.*, due.previous_owner
+), chained AS (
+    -- Each claimed version's predecessor; a missing one leaves the digest NULL, which
+    -- the events' NOT NULL refuses, so a chain never restarts silently.
+    SELECT claimed.*, prev.digest AS prev_digest,
+           jsonb_build_object('previous_owner', claimed.previous_owner) AS event_details
+    FROM claimed
+    LEFT JOIN effect_events AS prev
+        ON prev.tenant_id = $4 AND prev.effect_id = claimed.effect_id
+       AND prev.seq = claimed.version - 1
+), event AS (
+    INSERT INTO effect_events (tenant_id, effect_id, seq, kind, from_status, to_status,
+                               actor, details, occurred_at, prev_digest, digest)
+    SELECT tenant_id, effect_id, version, 'claimed', status, status, $2, event_details,
+           updated_at, prev_digest,
+           effect_event_digest(prev_digest, effect_id, version, 'claimed', status,
+                               status, $2, event_details, updated_at)
+    FROM chained
+)
+SELECT claimed.*, true AS event_written FROM claimed;
 
 -- prune_settled --
 -- Delete up to $3 settled effects, whole, past their contract's ledger retention.
@@ -262,6 +353,37 @@ WITH retention AS (
 )
 DELETE FROM effects AS e USING doomed
 WHERE e.tenant_id = doomed.tenant_id AND e.effect_id = doomed.effect_id
+  AND e.status IN ('succeeded', 'failed_final')
+RETURNING e.route;
+
+-- tenants_prunable --
+-- The tenants with settled effects past retention ($1 names, $2 kept for), unlocked.
+SELECT e.tenant_id FROM effects AS e
+JOIN unnest($1::text[], $2::interval[]) AS r (contract_name, kept_for)
+    ON e.contract_name = r.contract_name
+WHERE e.status IN ('succeeded', 'failed_final')
+  AND e.updated_at < now() - r.kept_for
+  AND (e.retention_deadline IS NULL OR e.retention_deadline < now())
+GROUP BY e.tenant_id
+ORDER BY min(e.updated_at), e.tenant_id
+LIMIT $3;
+
+-- prune_settled_of_tenant --
+-- prune_settled within tenant $4, on its shard.
+WITH doomed AS (
+    SELECT e.tenant_id, e.effect_id FROM effects AS e
+    JOIN unnest($1::text[], $2::interval[]) AS r (contract_name, kept_for)
+        ON e.contract_name = r.contract_name
+    WHERE e.tenant_id = $4
+      AND e.status IN ('succeeded', 'failed_final')
+      AND e.updated_at < now() - r.kept_for
+      AND (e.retention_deadline IS NULL OR e.retention_deadline < now())
+    ORDER BY e.updated_at
+    LIMIT $3
+    FOR UPDATE OF e SKIP LOCKED
+)
+DELETE FROM effects AS e USING doomed
+WHERE e.tenant_id = $4 AND e.effect_id = doomed.effect_id
   AND e.status IN ('succeeded', 'failed_final')
 RETURNING e.route;
 

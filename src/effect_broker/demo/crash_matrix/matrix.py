@@ -12,7 +12,7 @@ import os
 import secrets
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,6 +37,10 @@ from effect_broker.demo.crash_matrix.verdicts import (
 )
 from effect_broker.store.migrations import apply_migrations
 
+#: Makes one cell's ledger elsewhere (a migrated, distributed database on a cluster)
+#: and returns its URL; without one, each cell's ledger is a clone of the template.
+LedgerMaker = Callable[[], Awaitable[str]]
+
 SABOTAGE_ENV = "CRASH_MATRIX_SABOTAGE"
 SABOTAGES = ("fresh-downstream-key",)
 
@@ -60,6 +64,7 @@ class Matrix:
         default_factory=lambda: base64.b64encode(os.urandom(32)).decode()
     )
     kit_secret: str = field(default_factory=lambda: secrets.token_urlsafe(24))
+    make_ledger: LedgerMaker | None = None
     template: str = field(default_factory=lambda: f"crash_tmpl_{uuid.uuid4().hex[:10]}")
     databases: list[str] = field(default_factory=list)
     create_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
@@ -109,8 +114,10 @@ class Matrix:
         directory.mkdir(parents=True, exist_ok=True)
         seen: Observation | None = None
         try:
-            database_url = await self.fresh_database(
-                mode, scenario, template=self.template
+            database_url = (
+                await self.make_ledger()
+                if self.make_ledger is not None
+                else await self.fresh_database(mode, scenario, template=self.template)
             )
             target_database_url = None
             if mode == TRANSACTIONAL:
@@ -156,8 +163,10 @@ def run_matrix(
     scenarios: Sequence[str] = SCENARIOS,
     parallel: int = 3,
     sabotage: str | None = None,
+    make_ledger: LedgerMaker | None = None,
 ) -> MatrixResult:
     """Run every (mode, scenario) cell; ``server_dsn`` must allow CREATE DATABASE.
+    ``make_ledger`` puts each cell's ledger elsewhere (its caller drops them).
 
     Cells run ``parallel`` at a time (each has its own ports, database and target), in
     an order that mixes modes so slow and quick cells share the machine.
@@ -166,18 +175,22 @@ def run_matrix(
     if sabotage is not None and sabotage not in SABOTAGES:
         raise ValueError(f"unknown sabotage {sabotage!r}; known: {', '.join(SABOTAGES)}")
     return asyncio.run(
-        _run_matrix(server_dsn, workdir, progress, modes, scenarios, parallel, sabotage)
+        _run_matrix(
+            Matrix(server_dsn, workdir, sabotage, make_ledger=make_ledger),
+            progress,
+            modes,
+            scenarios,
+            parallel,
+        )
     )
 
 
 async def _run_matrix(
-    server_dsn: str,
-    workdir: Path,
+    matrix: Matrix,
     progress: Callable[[str], None],
     modes: Sequence[str],
     scenarios: Sequence[str],
     parallel: int,
-    sabotage: str | None,
 ) -> MatrixResult:
     started = time.monotonic()
     order = [
@@ -188,7 +201,6 @@ async def _run_matrix(
     ]
     results: dict[tuple[str, str], CellResult] = {}
     pending = iter(order)
-    matrix = Matrix(server_dsn, workdir, sabotage)
 
     async def worker() -> None:
         for mode, scenario in pending:  # shared: each cell goes to one worker
@@ -207,7 +219,7 @@ async def _run_matrix(
         for scenario in scenarios
         if applies(mode, scenario)
     )
-    return MatrixResult(cells, round(time.monotonic() - started, 1), workdir)
+    return MatrixResult(cells, round(time.monotonic() - started, 1), matrix.workdir)
 
 
 def _progress_word(result: CellResult) -> str:
