@@ -216,6 +216,13 @@ CASES: Mapping[str, Case] = {
     ],
     "claim_due": lambda s: [[10, "worker-b", LEASE]],
     "prune_settled": lambda s: [[["contract-0", "contract-1"], [HOUR, HOUR], 50]],
+    # the same two, tenant by tenant, as a sharded ledger runs them (store/claims.py)
+    "tenants_due": lambda s: [[10]],
+    "claim_due_of_tenant": lambda s: [[10, "worker-b", LEASE, "tenant-0"]],
+    "tenants_prunable": lambda s: [[["contract-0", "contract-1"], [HOUR, HOUR], 50]],
+    "prune_settled_of_tenant": lambda s: [
+        [["contract-0", "contract-1"], [HOUR, HOUR], 50, "tenant-0"]
+    ],
     "get_effect": lambda s: [["tenant-0", s.succeeded["effect_id"]]],
     "effect_versions": lambda s: [
         [["tenant-0", "tenant-0"], [s.dispatching["effect_id"], s.succeeded["effect_id"]]]
@@ -266,6 +273,23 @@ BOUNDS: Mapping[str, Callable[[list[Any]], list[Any]]] = {  # [query, *its argum
     "claim_due": lambda args: ["SELECT 5 * $1::int", args[0]],
     # each pruned effect with its attempt, receipt and three events, and one
     "prune_settled": lambda args: ["SELECT 8 * $1::int", args[2]],
+    # Tenant by tenant (a sharded ledger): the due and settled indexes are shared by
+    # the tenants of a shard, so a tenant's claim may step over its neighbours' rows;
+    # bounded by those rows, never by the ledger's other columns or tables.
+    "claim_due_of_tenant": lambda args: [
+        "SELECT count(*) + 5 * $1::int FROM effects WHERE due_at <= now()",
+        args[0],
+    ],
+    "prune_settled_of_tenant": lambda args: [
+        "SELECT count(*) + 8 * $2::int FROM effects"
+        " WHERE status IN ('succeeded', 'failed_final') AND contract_name = ANY($1)",
+        args[0],
+        args[2],
+    ],
+    # the due effects, on the due index: the list of tenants takes no locks
+    "tenants_due": lambda args: [
+        "SELECT count(*) + 1 FROM effects WHERE due_at <= now()"
+    ],
     "unknown_summary": lambda args: [
         "SELECT count(*) FROM effects"
         " WHERE status IN ('outcome_unknown', 'manual_review')"
