@@ -12,7 +12,7 @@ distributed (``store/distribute.py`` records it).
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import timedelta
 
 import asyncpg
@@ -56,22 +56,13 @@ class Claims:
             return [effect_of(row) for row in rows]
         async with translated("claim_due"):
             tenants = await self._pool.fetch(self._sql["tenants_due"], limit)
-        claimed: list[Effect] = []
-        for position, row in enumerate(tenants):
-            remaining = limit - len(claimed)
-            if remaining <= 0:
-                break
-            share = fair_share(remaining, len(tenants) - position)
-            async with translated("claim_due"):
-                rows = await self._pool.fetch(
-                    self._sql["claim_due_of_tenant"],
-                    share,
-                    owner,
-                    lease,
-                    row["tenant_id"],
-                )
-            claimed.extend(effect_of(found) for found in rows)
-        return claimed
+        rows = await self._tenant_by_tenant(
+            "claim_due",
+            tenants,
+            limit,
+            lambda share, tenant: [share, owner, lease, tenant],
+        )
+        return [effect_of(row) for row in rows]
 
     async def prune_settled(
         self, retention: Mapping[str, timedelta], *, limit: int
@@ -95,19 +86,35 @@ class Claims:
             tenants = await self._pool.fetch(
                 self._sql["tenants_prunable"], names, kept, limit
             )
-        routes: list[str] = []
+        rows = await self._tenant_by_tenant(
+            "prune_settled",
+            tenants,
+            limit,
+            lambda share, tenant: [names, kept, share, tenant],
+        )
+        return [row["route"] for row in rows]
+
+    async def _tenant_by_tenant(
+        self,
+        block: str,
+        tenants: list[asyncpg.Record],
+        limit: int,
+        arguments: Callable[[int, str], list[object]],
+    ) -> list[asyncpg.Record]:
+        """Run ``<block>_of_tenant`` for each tenant in turn, each with its fair share
+        of what is left of ``limit`` (``arguments(share, tenant)`` gives its
+        parameters), until the limit is reached: the sharded ledger's claim and prune."""
+        found: list[asyncpg.Record] = []
         for position, row in enumerate(tenants):
-            remaining = limit - len(routes)
+            remaining = limit - len(found)
             if remaining <= 0:
                 break
             share = fair_share(remaining, len(tenants) - position)
-            async with translated("prune_settled"):
-                rows = await self._pool.fetch(
-                    self._sql["prune_settled_of_tenant"],
-                    names,
-                    kept,
-                    share,
-                    row["tenant_id"],
+            async with translated(block):
+                found.extend(
+                    await self._pool.fetch(
+                        self._sql[f"{block}_of_tenant"],
+                        *arguments(share, row["tenant_id"]),
+                    )
                 )
-            routes.extend(found["route"] for found in rows)
-        return routes
+        return found
