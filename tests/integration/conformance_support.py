@@ -9,16 +9,14 @@ import asyncio
 import json
 import os
 import re
-import shutil
 import socket
-import subprocess
 from collections.abc import AsyncIterator, Iterable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple, TypeVar
 
-import pytest
+from tests.integration.node_support import npm_ci
 
 CONFORMANCE_DIR = Path(__file__).parents[1] / "node" / "conformance"
 EVERYTHING = (
@@ -47,24 +45,8 @@ def suite(version: str) -> Path:
     """The suite's entry point (and the reference server beside it), installed with
     ``npm ci`` on first use; without npm or its registry the test skips, one line."""
     entry = SUITES[version]
-    if entry.exists() and EVERYTHING.exists():
-        return entry
-    npm = shutil.which("npm")
-    if npm is None:
-        pytest.skip("npm is not installed: cannot fetch the conformance suite")
-    try:
-        done = subprocess.run(
-            [npm, "ci", "--no-audit", "--no-fund"],
-            cwd=CONFORMANCE_DIR,
-            capture_output=True,
-            timeout=600,
-            check=False,
-        )
-    except subprocess.TimeoutExpired:
-        pytest.skip("npm ci in tests/node/conformance ran 600s: no npm registry?")
-    if done.returncode != 0 or not entry.exists():
-        last = (done.stderr.decode(errors="replace").strip().splitlines() or [""])[-1]
-        pytest.skip(f"npm ci in tests/node/conformance failed (registry?): {last[:200]}")
+    npm_ci(CONFORMANCE_DIR, entry, "the conformance suite")
+    npm_ci(CONFORMANCE_DIR, EVERYTHING, "the reference server")
     return entry
 
 

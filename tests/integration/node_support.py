@@ -22,24 +22,36 @@ NODE_BINARIES = {
 }
 
 
+def npm_ci(folder: Path, wanted: Path, what: str, *, timeout: float = 600) -> None:
+    """``npm ci`` in ``folder`` unless ``wanted`` is there already; the test skips,
+    saying why in one line, when npm, its registry or the install is missing."""
+    if wanted.exists():
+        return
+    npm = shutil.which("npm")
+    if npm is None:
+        pytest.skip(f"npm is not installed: cannot fetch {what}")
+    place = folder.relative_to(NODE_DIR.parent.parent)
+    try:
+        done = subprocess.run(
+            [npm, "ci", "--no-audit", "--no-fund"],
+            cwd=folder,
+            capture_output=True,
+            timeout=timeout,
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        pytest.skip(f"npm ci in {place} ran {timeout:.0f}s: no npm registry?")
+    if done.returncode != 0 or not wanted.exists():
+        last = (done.stderr.decode(errors="replace").strip().splitlines() or [""])[-1]
+        pytest.skip(f"npm ci in {place} failed (registry?): {last[:200]}")
+
+
 def node_ready() -> None:
     """Node and undici (``npm ci`` in tests/node), installed on first use."""
     if shutil.which("node") is None:
         pytest.skip("node is not installed on this machine")
-    if (NODE_DIR / "node_modules" / "undici").is_dir():
-        return
-    npm = shutil.which("npm")
-    if npm is None:
-        pytest.skip("npm is not installed: cannot install undici for Node's fetch")
-    done = subprocess.run(
-        [npm, "ci", "--no-audit", "--no-fund"],
-        cwd=NODE_DIR,
-        capture_output=True,
-        timeout=300,
-        check=False,
-    )
-    if done.returncode != 0:
-        pytest.skip(f"npm ci in tests/node failed: {done.stderr.decode()[-300:]}")
+    undici = NODE_DIR / "node_modules" / "undici"
+    npm_ci(NODE_DIR, undici, "undici for Node's fetch", timeout=300)
 
 
 def node_binary(major: str) -> Path:
@@ -47,17 +59,5 @@ def node_binary(major: str) -> Path:
     tests/node/versions on first use); skips when it cannot be had."""
     node_ready()  # undici, for the EnvHttpProxyAgent client
     binary = NODE_BINARIES[major]
-    if not binary.exists():
-        npm = shutil.which("npm")
-        if npm is None:
-            pytest.skip("npm is not installed: cannot fetch another Node version")
-        done = subprocess.run(
-            [npm, "ci", "--no-audit", "--no-fund"],
-            cwd=VERSIONS_DIR,
-            capture_output=True,
-            timeout=600,
-            check=False,
-        )
-        if done.returncode != 0 or not binary.exists():
-            pytest.skip(f"npm ci in tests/node/versions failed: {done.stderr[-300:]!r}")
+    npm_ci(VERSIONS_DIR, binary, f"Node {major}")
     return binary
