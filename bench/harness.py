@@ -582,7 +582,9 @@ def measure_load(
     configs = [CONFIGS[name] for name in options.configs]
     pairs = [(config, c) for c in options.concurrency for config in configs]
     database_url = stack.enter_context(
-        ledger.bench_database(postgres, options.pg_overrides)
+        ledger.bench_database(
+            postgres, options.pg_overrides, command=options.broker_command
+        )
     )
     processes = start_stack(stack, workdir, database_url, options)
     say(
@@ -738,7 +740,7 @@ def _progress(
 def main(argv: Sequence[str] | None = None) -> int:
     options = parse_args(argv)
     if options.render:  # only print (and write) the tables of an earlier run
-        results = json.loads(options.render.read_text())
+        results = report.rejudged(json.loads(options.render.read_text()))
     else:
         started = time.monotonic()
         try:

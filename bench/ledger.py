@@ -103,13 +103,16 @@ def bench_database(
     overrides: Mapping[str, str] | None = None,
     *,
     migrate: bool = True,
+    command: Sequence[str] | None = None,
 ) -> Iterator[str]:
     """A fresh, migrated database of the bench's own, dropped when the block ends.
 
     ``overrides`` are per-database settings for experiments (``ALTER DATABASE ... SET``,
     e.g. ``synchronous_commit=off`` to see what commit flushes cost); never the default.
     ``migrate=False`` leaves it empty: a demo target's own database, which creates its
-    tables itself and must not look like a ledger.
+    tables itself and must not look like a ledger. ``command`` migrates with another
+    build's ``effect-broker`` (``--broker-command``): an older build refuses a ledger
+    that a newer one migrated.
     """
     name = f"eb_bench_{uuid.uuid4().hex[:12]}"
     asyncio.run(_admin(server.dsn, f'CREATE DATABASE "{name}"'))
@@ -128,7 +131,7 @@ def bench_database(
             yield dsn
             return
         subprocess.run(
-            [*effect_broker_command(), "migrate", "--database-url", dsn],
+            [*(command or effect_broker_command()), "migrate", "--database-url", dsn],
             check=True,
             capture_output=True,
             env=child_env(),

@@ -25,11 +25,17 @@ from typing import Any
 
 GOALS: tuple[tuple[str, str, str, float], ...] = (
     # (key, what, comparison, target); ratios are req/s against the bare proxy
-    ("new_vs_bare", "new effects / bare proxy", ">=", 0.40),
-    ("new_w2_vs_bare", "new effects, 2 workers / bare proxy", ">=", 0.40),
-    ("replay_vs_bare", "replays / bare proxy", ">=", 1.0),
-    ("passthrough_vs_bare", "pass-through / bare proxy", ">=", 0.90),
-    ("added_p50_ms_c1", "added p50 at c=1, new effects", "<=", 1.5),
+    ("new_vs_bare", "new effects / bare proxy", ">=", 0.50),
+    ("new_w2_vs_bare", "new effects, 2 workers / bare proxy", ">=", 0.50),
+    ("replay_vs_bare", "replays / bare proxy", ">=", 1.2),
+    ("passthrough_vs_bare", "pass-through / bare proxy", ">=", 0.95),
+    ("added_p50_ms_c1", "added p50 at c=1, new effects", "<=", 1.0),
+    (
+        "new_cpu_vs_bare",
+        "machine CPU per new effect / per bare proxied request",
+        "<=",
+        2.0,
+    ),
     ("rss_growth_pct", "RSS growth across the effects", "<", 20.0),
     ("ledger_size_ratio", "new effect p50 at c=1, full / empty ledger", "<=", 1.3),
     ("stream_added_ttfb_ms", "recorded SSE stream TTFB - direct TTFB, ms", "<=", 3.0),
@@ -108,9 +114,14 @@ def ratios(results: Mapping[str, Any], concurrency: Sequence[int]) -> dict[str, 
     }
     top = str(max(concurrency))
     c1 = by_concurrency.get("1", {})
+    cpu = "machine_cpu_us_per_request"
     return {
         **{key: by_concurrency[top][key] for key in _RATIOS},
         "added_p50_ms_c1": c1.get("added_p50_ms_new"),
+        # the price of a durable effect in the machine's CPU, whoever spends it
+        "new_cpu_vs_bare": _ratio(
+            _get(results, "new", int(top), cpu), _get(results, "bare", int(top), cpu)
+        ),
         "concurrency": int(top),
         "by_concurrency": by_concurrency,
     }
@@ -144,6 +155,27 @@ def build(
             summarize(measured)
         )
     ratio = ratios(results, settings["concurrency"])
+    return {
+        "machine": dict(machine),
+        "settings": dict(settings),
+        "results": results,
+        "ratios": ratio,
+        "rss": dict(rss) if rss else None,
+        "scale": dict(scale) if scale else None,
+        "reconcile": dict(reconcile) if reconcile else None,
+        "streams": dict(streams) if streams else None,
+        "rss_by_process_kib": dict(rss_by_process),
+        "goals": judged(ratio, rss, scale, streams),
+    }
+
+
+def judged(
+    ratio: Mapping[str, Any],
+    rss: Mapping[str, Any] | None,
+    scale: Mapping[str, Any] | None,
+    streams: Mapping[str, Any] | None,
+) -> dict[str, Any]:
+    """Each goal of ``GOALS``: its measured value, its target and whether it is met."""
     size = (scale or {}).get("ledger_size")
     values = {
         **ratio,
@@ -156,27 +188,23 @@ def build(
             else None
         ),
     }
-    goals = {
+    return {
         key: {
             "what": what,
-            "value": values[key],
+            "value": values.get(key),
             "target": f"{comparison} {target:g}",
-            "met": _met(values[key], comparison, target),
+            "met": _met(values.get(key), comparison, target),
         }
         for key, what, comparison, target in GOALS
     }
-    return {
-        "machine": dict(machine),
-        "settings": dict(settings),
-        "results": results,
-        "ratios": ratio,
-        "rss": dict(rss) if rss else None,
-        "scale": dict(scale) if scale else None,
-        "reconcile": dict(reconcile) if reconcile else None,
-        "streams": dict(streams) if streams else None,
-        "rss_by_process_kib": dict(rss_by_process),
-        "goals": goals,
-    }
+
+
+def rejudged(report: Mapping[str, Any]) -> dict[str, Any]:
+    """An earlier run's results judged by today's goals (``--render``): the ratios are
+    computed again from its medians, so a goal added since then is shown too."""
+    ratio = ratios(report["results"], report["settings"]["concurrency"])
+    goals = judged(ratio, report.get("rss"), report.get("scale"), report.get("streams"))
+    return {**report, "ratios": ratio, "goals": goals}
 
 
 # -- rendering -------------------------------------------------------------------------
@@ -303,6 +331,10 @@ def goals_table(report: Mapping[str, Any]) -> str:
                 else "not measured"
             )
             wanted = f"{_SYMBOL[comparison]} {target:g} %"
+        elif key == "new_cpu_vs_bare":
+            label = f"{what}, c={top}"
+            shown = "not measured" if value is None else f"{value:.2f}"
+            wanted = f"{_SYMBOL[comparison]} {target:g}"
         elif key == "added_p50_ms_c1":
             label = what
             shown = "-" if value is None else f"{value:+.2f} ms"

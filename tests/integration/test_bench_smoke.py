@@ -90,6 +90,7 @@ def test_bench_runs_every_configuration_and_writes_results(
     for key in ("new_vs_bare", "new_w2_vs_bare", "replay_vs_bare", "passthrough_vs_bare"):
         assert _positive(ratios[key]), (key, ratios[key])
     assert isinstance(ratios["added_p50_ms_c1"], float)
+    assert _positive(ratios["new_cpu_vs_bare"]), ratios["new_cpu_vs_bare"]
 
     machine = results["machine"]
     for key in ("cpu_model", "cores", "python", "postgres"):
@@ -103,6 +104,7 @@ def test_bench_runs_every_configuration_and_writes_results(
         "replay_vs_bare",
         "passthrough_vs_bare",
         "added_p50_ms_c1",
+        "new_cpu_vs_bare",
         "rss_growth_pct",
         "ledger_size_ratio",
         "stream_added_ttfb_ms",
