@@ -88,9 +88,15 @@ class LedgerKeys:
             if record:
                 await self._pool.execute(self._sql["record_master_key"], key_ids[0])
 
+    async def _walk(self, query: str, *args: object) -> list[asyncpg.Record]:
+        """A block that reads every stored payload on purpose: a whole-table read is
+        its cheapest plan, which a ledger connection otherwise avoids at any cost."""
+        async with translated(), self._pool.acquire() as conn, conn.transaction():
+            await conn.execute("SET LOCAL enable_seqscan = on")
+            return await conn.fetch(self._sql[query], *args)
+
     async def key_usage(self) -> list[KeyUsage]:
-        async with translated():
-            rows = await self._pool.fetch(self._sql["master_key_ids_of_payloads"])
+        rows = await self._walk("master_key_ids_of_payloads")
         return [
             KeyUsage(row["key_id"], row["kind"], row["payloads"], row["example"])
             for row in rows
@@ -107,8 +113,7 @@ class LedgerKeys:
     ) -> list[SealedPayload]:
         """Up to ``limit`` requests or receipts sealed under another key, by effect id."""
         query = "requests_not_under_key" if kind == REQUEST else "receipts_not_under_key"
-        async with translated():
-            rows = await self._pool.fetch(self._sql[query], key_id, after, limit)
+        rows = await self._walk(query, key_id, after, limit)
         return [
             SealedPayload(row["effect_id"], row["tenant_id"], bytes(row["ciphertext"]))
             for row in rows

@@ -115,6 +115,9 @@ async def apply_migrations(conn: Connection) -> list[Migration]:
     shipped = load_migrations()
     await _ensure_bookkeeping(conn)
     async with conn.transaction():
+        # A migration may rewrite whole tables: let it read them whole (a ledger
+        # connection plans for its indexes only, ``store/postgres.py``).
+        await conn.execute("SET LOCAL enable_seqscan = on")
         await conn.execute("LOCK TABLE schema_migrations IN SHARE ROW EXCLUSIVE MODE")
         pending = _pending(await _applied(conn), shipped)
         for migration in pending:

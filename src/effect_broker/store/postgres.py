@@ -44,6 +44,18 @@ from effect_broker.store.write_requests import (
     StartRequest,
 )
 
+#: Settings every ledger connection starts with (sent with the connection, no round
+#: trip). ``enable_seqscan = off``: every runtime statement is written for an index
+#: (``tests/integration/test_index_use.py``), and the planner must never pick a whole
+#: table read because the table looked small when the plan was made. A pool keeps each
+#: statement's generic plan, and plpgsql each function's, from the first calls on; made
+#: on a fresh ledger, those plans read ``effects`` whole, and with no ANALYZE to replace
+#: them (autovacuum off) every batch kept reading it whole as it grew: throughput fell
+#: by a third, and PostgreSQL's CPU per effect rose fourfold, within 30 s at c=64.
+#: The few operator walks that must read everything switch it back on for themselves
+#: (``store/keys.py``), as does applying migrations.
+SESSION_SETTINGS: Mapping[str, str] = {"enable_seqscan": "off"}
+
 
 async def _keep_session(conn: asyncpg.Connection) -> None:
     """Release without asyncpg's reset query (advisory unlock, CLOSE ALL, UNLISTEN,
@@ -80,6 +92,7 @@ class Store(CoalescedWrites, LedgerReads, LedgerKeys, RunningCalls, Claims):
                 max_size=max_size,
                 init=_init_connection,
                 reset=_keep_session,
+                server_settings=dict(SESSION_SETTINGS),
             )
         except Exception as exc:
             endpoints = ledger_endpoints(dsn)
