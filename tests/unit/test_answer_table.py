@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import unicodedata
 import uuid
 from datetime import UTC, datetime, timedelta
 
@@ -27,7 +28,6 @@ from effect_broker.answers import (
 from effect_broker.engine import (
     Busy,
     Conflict,
-    Intent,
     NotSent,
     Outcome,
     Replayed,
@@ -219,6 +219,16 @@ def test_one_rule_for_a_key_from_a_header_or_a_tool_argument(
     assert key_problem("order-42:charge", "Operation-Key") is None
 
 
+def test_a_key_is_refused_for_exactly_the_control_characters_of_unicode() -> None:
+    """Every code point of category Cc, and no other, makes a key a problem."""
+    for point in range(0x110000):
+        if 0xD800 <= point <= 0xDFFF:
+            continue  # lone surrogates are refused as undecodable, tested above
+        char = chr(point)
+        control = unicodedata.category(char) == "Cc"
+        assert (key_problem(f"a{char}b", "Operation-Key") is not None) == control, point
+
+
 def test_a_cached_receipt_answers_a_retry_and_refuses_another_payload() -> None:
     from effect_broker.answers import SettledReplay, prunable_at
 
@@ -230,15 +240,5 @@ def test_a_cached_receipt_answers_a_retry_and_refuses_another_payload() -> None:
                       prunable_at(settled, timedelta(days=3650)))
     )  # fmt: skip
 
-    def asking(request_hash: str) -> Intent:
-        return Intent(
-            tenant="acme",
-            operation_key="k",
-            request_hash=request_hash,
-            route=None,  # type: ignore[arg-type]
-            request=None,  # type: ignore[arg-type]
-            preview={},
-        )
-
-    assert cached(receipts, asking("h")) == Replayed(settled, response)
-    assert cached(receipts, asking("other")) == Conflict(settled)
+    assert cached(receipts, "acme", "k", "h") == Replayed(settled, response)
+    assert cached(receipts, "acme", "k", "other") == Conflict(settled)

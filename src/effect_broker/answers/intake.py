@@ -10,7 +10,7 @@ header, that the other refuses.
 
 from __future__ import annotations
 
-import unicodedata
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import timedelta
@@ -27,6 +27,8 @@ from effect_broker.headers import upstream_request_headers
 
 MAX_OPERATION_KEY = 255
 CHUNK = 64 * 1024
+#: Unicode category Cc, exactly: C0, DEL and C1 (U+0085 included).
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 
 def check_length(length: int | None, limit: int) -> None:
@@ -60,7 +62,7 @@ def key_problem(key: str, name: str) -> str | None:
         return f"{name} must be valid UTF-8 text; it contains undecodable bytes"
     # Category Cc is C0, DEL and the C1 range (U+0080-U+009F, U+0085 included): a
     # control character in a key is never intent, only a framing or copy-paste accident.
-    if any(unicodedata.category(ch) == "Cc" for ch in key):
+    if _CONTROL.search(key):
         return (
             f"{name} must not contain control characters (tabs, line breaks, "
             "U+0000-U+001F, U+007F-U+009F); use printable text such as 'order-42:charge'"
@@ -99,23 +101,11 @@ class Payload:
     body: bytes
 
 
-def intent(
-    request: web.Request,
-    *,
-    tenant: str,
-    key: str,
-    route: Route,
-    path: RequestPath,
-    url: str,
-    payload: Payload,
-    preview: Mapping[str, Any],
-    wait: timedelta | None = None,
-) -> Intent:
-    """The engine's intent for ``request`` on ``route`` (bound to its contract): the
-    fingerprint that binds ``key``, and the request the target must see, before the
-    derived key and injected secrets are added."""
+def fingerprint(route: Route, path: RequestPath, payload: Payload) -> str:
+    """What binds an operation key on ``route`` (bound to its contract): computed
+    before anything else, since a retry answered from memory needs nothing more."""
     contract = route.contract
-    fingerprint = request_hash(
+    return request_hash(
         method=payload.method,
         route=route.name,
         path=path.text,
@@ -124,6 +114,24 @@ def intent(
         contract_name=contract.name,
         contract_version=contract.version,
     )
+
+
+def intent(
+    request: web.Request,
+    *,
+    tenant: str,
+    key: str,
+    route: Route,
+    bound_to: str,
+    url: str,
+    payload: Payload,
+    preview: Mapping[str, Any],
+    wait: timedelta | None = None,
+) -> Intent:
+    """The engine's intent for ``request`` on ``route`` (bound to its contract): the
+    ``fingerprint`` that binds ``key`` (``bound_to``), and the request the target must
+    see, before the derived key and injected secrets are added."""
+    contract = route.contract
     headers = upstream_request_headers(
         request.headers.items(),
         operation_key_header=route.operation_key_header,
@@ -134,7 +142,7 @@ def intent(
     return Intent(
         tenant=tenant,
         operation_key=key,
-        request_hash=fingerprint,
+        request_hash=bound_to,
         route=route,
         request=StoredRequest(request.method, url, headers, payload.body),
         preview=preview,

@@ -23,7 +23,8 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
-from effect_broker.engine import Conflict, Intent, Outcome, Replayed, StoredResponse
+from effect_broker.config.contracts import Route
+from effect_broker.engine import Conflict, Outcome, Replayed, StoredResponse
 from effect_broker.metrics import Metrics
 from effect_broker.models import Effect, ReceiptSource
 
@@ -80,6 +81,11 @@ class ReceiptCache:
             _, evicted = self._entries.popitem(last=False)
             self._bytes -= evicted.size
 
+    def holds(self, effect: Effect) -> bool:
+        """This very effect is what the cache answers its key with."""
+        entry = self._entries.get((effect.tenant_id, effect.operation_key))
+        return entry is not None and entry.effect is effect
+
     def __len__(self) -> int:
         return len(self._entries)
 
@@ -92,34 +98,35 @@ def prunable_at(effect: Effect, ledger_retention: timedelta) -> datetime:
     return at
 
 
-def cached(receipts: ReceiptCache, intent: Intent) -> Outcome | None:
+def cached(
+    receipts: ReceiptCache, tenant: str, operation_key: str, fingerprint: str
+) -> Outcome | None:
     """The outcome of a retry of a settled effect this process replayed before, without
     the ledger: its receipt, or a conflict if the key was bound to another payload."""
-    entry = receipts.get(intent.tenant, intent.operation_key, now=datetime.now(UTC))
+    entry = receipts.get(tenant, operation_key, now=datetime.now(UTC))
     if entry is None:
         return None
-    if entry.effect.request_hash != intent.request_hash:
+    if entry.effect.request_hash != fingerprint:
         return Conflict(entry.effect)
     return Replayed(entry.effect, entry.response, entry.source)
 
 
 def noted(
-    receipts: ReceiptCache, metrics: Metrics, intent: Intent, outcome: Outcome
+    receipts: ReceiptCache, metrics: Metrics, route: Route, outcome: Outcome
 ) -> Outcome:
-    """``outcome``, counted, and kept in the cache if it is a replay (so the next retry
-    of it is answered from memory)."""
-    route = intent.route
+    """``outcome`` on ``route``, counted, and kept in the cache if it is a replay (so
+    the next retry of it is answered from memory; one answered from there already is)."""
     if isinstance(outcome, Replayed):
         metrics.replays.labels(route.name).inc()
-        retention = route.contract.ledger_retention
-        receipts.put(
-            SettledReplay(
-                outcome.effect,
-                outcome.response,
-                outcome.source,
-                prunable_at(outcome.effect, retention),
+        if not receipts.holds(outcome.effect):
+            receipts.put(
+                SettledReplay(
+                    outcome.effect,
+                    outcome.response,
+                    outcome.source,
+                    prunable_at(outcome.effect, route.contract.ledger_retention),
+                )
             )
-        )
     elif isinstance(outcome, Conflict):
         metrics.conflicts.labels(route.name).inc()
     return outcome

@@ -28,6 +28,7 @@ from effect_broker.answers import (
     as_jsonrpc,
     cached,
     failure_answer,
+    fingerprint,
     intent,
     is_absolute_form,
     noted,
@@ -197,26 +198,29 @@ class McpEndpoint:
             mcp.operation_key_argument,
             request.headers.get(route.operation_key_header),
         )
-        wanted = intent(
-            request,
-            tenant=tenant,
-            key=key,
-            route=route.bound(contract),
-            path=path,
-            url=url,
-            payload=Payload(
-                method="tools/call",
-                query=b"",
-                hashed=fingerprint_body(call, arguments),
-                body=forwarded_body(message, arguments),
-            ),
-            preview=_preview(path, call.name, body),
+        bound = route.bound(contract)
+        payload = Payload(
+            method="tools/call",
+            query=b"",
+            hashed=fingerprint_body(call, arguments),
+            body=forwarded_body(message, arguments),
         )
+        bound_to = fingerprint(bound, path, payload)
         relay: ProgressRelay | None = None
-        outcome = cached(self.receipts, wanted)
+        outcome = cached(self.receipts, tenant, key, bound_to)
         if outcome is None:
+            wanted = intent(
+                request,
+                tenant=tenant,
+                key=key,
+                route=bound,
+                bound_to=bound_to,
+                url=url,
+                payload=payload,
+                preview=_preview(path, call.name, body),
+            )
             outcome, relay = await self._run(request, route, tenant, message, wanted)
-        outcome = noted(self.receipts, self.engine.wiring.metrics, wanted, outcome)
+        outcome = noted(self.receipts, self.engine.wiring.metrics, bound, outcome)
         version = request.headers.get("MCP-Protocol-Version")
         answer = await render(outcome, call.id, request, revision_of(message, version))
         return answer if relay is None else await relay.finish(answer)

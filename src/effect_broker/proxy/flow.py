@@ -24,6 +24,7 @@ from effect_broker.answers import (
     answer_for,
     as_response,
     cached,
+    fingerprint,
     intent,
     is_absolute_form,
     noted,
@@ -68,25 +69,35 @@ log = logging.getLogger("effect_broker.proxy")
 duplicate_log = RateLimitedLog(log)
 
 
+#: Never relayed from a stored answer: ours are set fresh, the length is the body's.
+_NOT_RELAYED = frozenset({"effect-id", "effect-status", "content-length"})
+_NOT_REPLAYED = _NOT_RELAYED | {REPLAYED_HEADER.lower()}
+
+
 def stored_response_to_web(
     response: StoredResponse, effect: Effect, *, replayed: bool
 ) -> web.Response:
-    """A stored answer; one that was streamed is framed as it was (chunked)."""
-    headers: list[tuple[str, str]] = [
-        (name, value)
-        for name, value in response.headers
-        if name.lower() not in ("effect-id", "effect-status", "content-length")
-        and name != STREAMED_HEADER
-    ]
-    out = web.Response(status=response.status, reason=response.reason or None)
-    if any(name == STREAMED_HEADER for name, _ in response.headers):
-        out.enable_chunked_encoding()
-    for name, value in headers:
-        out.headers.add(name, value)
-    out.headers.update(effect_headers(effect))
+    """A stored answer; one that was streamed is framed as it was (chunked). Built in
+    one pass: every retry answered from memory comes through here."""
+    dropped = _NOT_REPLAYED if replayed else _NOT_RELAYED
+    streamed = False
+    headers: list[tuple[str, str]] = []
+    for name, value in response.headers:
+        if name == STREAMED_HEADER:
+            streamed = True
+        elif name.lower() not in dropped:
+            headers.append((name, value))
+    headers.extend(effect_headers(effect).items())
     if replayed:
-        out.headers[REPLAYED_HEADER] = "true"
-    out.body = response.body
+        headers.append((REPLAYED_HEADER, "true"))
+    out = web.Response(
+        status=response.status,
+        reason=response.reason or None,
+        body=response.body,
+        headers=headers,
+    )
+    if streamed:
+        out.enable_chunked_encoding()
     return out
 
 
@@ -147,9 +158,12 @@ class EffectRequest:
         if span.is_recording():
             span.set_attribute("effect_broker.operation_key_digest", key_digest(key))
         body = await read_body(self.request, self.state.max_request_bytes)
-        wanted = self._intent(key, body)
-        outcome = cached(self.state.receipts, wanted)
+        payload = self._payload(body)
+        bound_to = fingerprint(self.route, self.path, payload)
+        state = self.state
+        outcome = cached(state.receipts, self.tenant, key, bound_to)
         if outcome is None:
+            wanted = self._intent(key, payload, bound_to)
             guard = self.contract.duplicate_guard
             if guard is not None and not declared_repeat(self.request):
                 held = await self._suspected_duplicate(guard, key, wanted.request_hash)
@@ -164,8 +178,7 @@ class EffectRequest:
                     self.upstream_seconds += outcome.attempt.stream.elapsed
             if isinstance(outcome, Answered) and outcome.attempt.overflow is not None:
                 return await stream_overflow(outcome, self.request)
-        state = self.state
-        return self._answer(noted(state.receipts, state.metrics, wanted, outcome))
+        return self._answer(noted(state.receipts, state.metrics, self.route, outcome))
 
     async def _suspected_duplicate(
         self, guard: DuplicateGuard, key: str, fingerprint: str
@@ -216,29 +229,36 @@ class EffectRequest:
             )
         return as_response(answer)
 
-    def _intent(self, key: str, body: bytes) -> Intent:
-        """The engine's intent: the exact payload hashed, the request as the target
-        must see it (before the derived key and secrets)."""
-        request, rel = self.request, self.request.rel_url
-        origin = str(request.url.origin()) if is_absolute_form(request) else None
-        url = upstream_url(
-            self.route, origin=origin, path=self.path, raw_query=rel.raw_query_string
-        )
-        payload = Payload(
+    def _payload(self, body: bytes) -> Payload:
+        """The exact payload, as hashed and as sent."""
+        request = self.request
+        return Payload(
             method=request.method,
-            query=canonical_query(rel.raw_query_string),
+            query=canonical_query(request.rel_url.raw_query_string),
             hashed=canonical_body(request.headers.get("Content-Type"), body),
             body=body,
+        )
+
+    def _intent(self, key: str, payload: Payload, bound_to: str) -> Intent:
+        """The engine's intent: the request as the target must see it (before the
+        derived key and secrets), bound to its fingerprint."""
+        request = self.request
+        origin = str(request.url.origin()) if is_absolute_form(request) else None
+        url = upstream_url(
+            self.route,
+            origin=origin,
+            path=self.path,
+            raw_query=request.rel_url.raw_query_string,
         )
         return intent(
             request,
             tenant=self.tenant,
             key=key,
             route=self.route,
-            path=self.path,
+            bound_to=bound_to,
             url=url,
             payload=payload,
-            preview=self._preview(body),
+            preview=self._preview(payload.body),
             wait=self._preferred_wait(),
         )
 
