@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 from effect_broker.config.contracts import Route, RouteMatch
 from effect_broker.config.routes_config import ProxyPolicy, RoutesConfig
 from effect_broker.config.routing import (
+    REMEMBERED_ANSWERS,
     RouteTable,
     is_mutating,
     match_route,
@@ -71,6 +72,29 @@ def test_match_table(
 ) -> None:
     found = TABLE.match(method=method, host=host, path=path)
     assert (found.name if found else None) == expected
+
+
+def test_a_table_answers_again_from_memory_within_its_bound() -> None:
+    table = RouteTable(TABLE.routes)
+    asked = [
+        ("POST", "payments.internal", "/v1/charges"),
+        ("GET", "payments.internal", "/v1/charges"),
+        ("post", "PAYMENTS.Internal", "/v1/charges"),
+    ]
+    first = [table.match(method=m, host=h, path=p) for m, h, p in asked]
+    again = [table.match(method=m, host=h, path=p) for m, h, p in asked]
+    assert again == first
+    assert [found.name if found else None for found in first] == [
+        "charge",
+        None,
+        "charge",
+    ]
+    for n in range(2 * REMEMBERED_ANSWERS):  # ids in paths: every request is new
+        found = table.match(
+            method="PUT", host="payments.internal", path=f"/v1/charges/ch_{n}/capture"
+        )
+        assert found is not None and found.name == "capture"
+        assert len(table._answers) <= REMEMBERED_ANSWERS  # memory stays bounded
 
 
 def test_match_route_accepts_a_table_or_routes() -> None:

@@ -115,14 +115,21 @@ def _segments_match(pattern: Pattern, segments: tuple[str, ...]) -> bool:
     )
 
 
+#: (method, host, path) answers a table remembers before it starts over.
+REMEMBERED_ANSWERS = 4096
+
+
 class RouteTable:
     """Routes indexed by (host, method, segment count), built once per routes file.
 
     Per request, matching is one dict lookup plus a scan of the (almost always single)
-    candidate that shares host, method and path length.
+    candidate that shares host, method and path length. Answers are remembered per
+    (method, host, path) as given, since agents call the same few endpoints again and
+    again; the memory is bounded and starts over when full (never stale: the table is
+    immutable, a new routes file builds a new one).
     """
 
-    __slots__ = ("_buckets", "_hostnames", "routes")
+    __slots__ = ("_answers", "_buckets", "_hostnames", "routes")
 
     def __init__(self, routes: Iterable[Route]) -> None:
         self.routes = tuple(routes)
@@ -138,8 +145,21 @@ class RouteTable:
         self._hostnames = frozenset(
             host_key(host) for route in self.routes for host in route_hosts(route.match)
         )
+        self._answers: dict[tuple[str, str | None, str], Route | None] = {}
 
     def match(self, *, method: str, host: str | None, path: str) -> Route | None:
+        asked = (method, host, path)
+        try:
+            return self._answers[asked]
+        except KeyError:
+            pass
+        found = self._match(method=method, host=host, path=path)
+        if len(self._answers) >= REMEMBERED_ANSWERS:
+            self._answers.clear()
+        self._answers[asked] = found
+        return found
+
+    def _match(self, *, method: str, host: str | None, path: str) -> Route | None:
         segments = split_path(path)
         key_host = normalize_host(host) if host is not None else None
         for pattern, route in self._buckets.get(

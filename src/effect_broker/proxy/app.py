@@ -6,6 +6,7 @@ raise becomes problem+json here, in one place.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 from collections.abc import Awaitable, Callable
@@ -117,7 +118,19 @@ def check_host(request: web.Request, state: ProxyState) -> None:
 
 def request_path(request: web.Request) -> RequestPath:
     """The one normalised path this request is matched, stripped and forwarded by."""
-    return normalize_path(split_target(request.raw_path)[0])
+    raw = split_target(request.raw_path)[0]
+    return _normalized(raw) if len(raw) <= REMEMBERED_PATH else normalize_path(raw)
+
+
+#: Paths up to this length are normalised once and remembered (``_normalized``).
+REMEMBERED_PATH = 256
+
+
+@functools.lru_cache(maxsize=2048)
+def _normalized(raw: str) -> RequestPath:
+    """``normalize_path``, remembered: agents call the same few paths again and again.
+    Refused paths raise every time (an exception is never remembered)."""
+    return normalize_path(raw)
 
 
 def is_forward(request: web.Request) -> bool:
