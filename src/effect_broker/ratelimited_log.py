@@ -84,3 +84,16 @@ class RateLimitedLog:
 
     def warning(self, cause: str, message: str, *args: object) -> bool:
         return self.log(logging.WARNING, cause, message, *args)
+
+
+class lazy:
+    """A log argument computed only if its line is written: ``%s`` calls ``make``. A
+    line held back costs nothing, however dear the value (a URL rebuilt, say)."""
+
+    __slots__ = ("_make",)
+
+    def __init__(self, make: Callable[[], object]) -> None:
+        self._make = make
+
+    def __str__(self) -> str:
+        return str(self._make())

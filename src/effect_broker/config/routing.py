@@ -129,7 +129,7 @@ class RouteTable:
     immutable, a new routes file builds a new one).
     """
 
-    __slots__ = ("_answers", "_buckets", "_hostnames", "routes")
+    __slots__ = ("_answers", "_buckets", "_hostnames", "_watching", "routes")
 
     def __init__(self, routes: Iterable[Route]) -> None:
         self.routes = tuple(routes)
@@ -146,6 +146,11 @@ class RouteTable:
             host_key(host) for route in self.routes for host in route_hosts(route.match)
         )
         self._answers: dict[tuple[str, str | None, str], Route | None] = {}
+        watching: dict[str, list[Route]] = {}
+        for route in self.routes:
+            for host in sorted(route_hosts(route.match)):
+                watching.setdefault(host, []).append(route)
+        self._watching = {host: tuple(found) for host, found in watching.items()}
 
     def match(self, *, method: str, host: str | None, path: str) -> Route | None:
         asked = (method, host, path)
@@ -168,6 +173,14 @@ class RouteTable:
             if _segments_match(pattern, segments):
                 return route
         return None
+
+    def watching(self, host: str) -> tuple[Route, ...]:
+        """The forward routes watching ``host`` (any spelling of it, port included),
+        in the routes file's order; none for an authority that cannot be read."""
+        try:
+            return self._watching.get(route_key(host), ())
+        except ValueError:
+            return ()
 
     def is_guarded_host(self, host: str) -> bool:
         """Whether a route watches this host on any port: CONNECT to it must be refused.

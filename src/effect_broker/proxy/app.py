@@ -52,7 +52,7 @@ from effect_broker.proxy.prefixes import (
 )
 from effect_broker.proxy.state import PROXY_STATE, ProxyState
 from effect_broker.proxy.upgrade import http_url, relay_upgrade, relays, upgrade_offer
-from effect_broker.ratelimited_log import RateLimitedLog
+from effect_broker.ratelimited_log import RateLimitedLog, lazy
 
 log = logging.getLogger("effect_broker.proxy")
 #: Absolute-form targets of a WebSocket handshake.
@@ -211,10 +211,9 @@ async def unmatched(
                 "unmatched mutating requests are refused; add a route to routes.yaml"
             )
         )
-    routes = state.config.routes
     if not forward:
         return await unmatched_reverse(request, state)
-    forward_refusal(routes, authority(request), request.method, request.path)
+    forward_refusal(state.config.table, authority(request), request.method, request.path)
     key_header = state.config.proxy.operation_key_header
     if key_header not in request.headers:
         return await pass_through(request, state.session, state.egress)
@@ -225,7 +224,7 @@ async def unmatched(
         "%s %s carries %s but no route records it: passed through unrecorded. Add a "
         "route for it to routes.yaml if it has side effects",
         request.method,
-        request.url.with_query(None),
+        lazy(lambda: request.url.with_query(None)),
         key_header,
     )
     return await pass_through(
@@ -245,7 +244,7 @@ async def upgrade(
         url = http_url(URL(request.raw_path, encoded=True).with_user(None))
         host = f"[{url.host}]" if url.host and ":" in url.host else str(url.host)
         written = f"{host}:{url.port}" if url.explicit_port else host
-        forward_refusal(routes, written, request.method, request.path)
+        forward_refusal(state.config.table, written, request.method, request.path)
     else:
         owner = passthrough_route(routes, request.method, path)
         if owner is None:

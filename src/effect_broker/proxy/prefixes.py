@@ -16,9 +16,8 @@ from collections.abc import Iterable
 from urllib.parse import unquote
 
 from effect_broker.config.contracts import Route
-from effect_broker.config.hosts import route_key
 from effect_broker.config.paths import RequestPath
-from effect_broker.config.routing import route_hosts
+from effect_broker.config.routing import RouteTable
 from effect_broker.errors import RouteNotFound, RouteRefused
 
 
@@ -84,13 +83,9 @@ def passthrough_route(
     return owners[0]
 
 
-def forward_refusal(routes: Iterable[Route], host: str, method: str, path: str) -> None:
+def forward_refusal(table: RouteTable, host: str, method: str, path: str) -> None:
     """``RouteRefused`` when a route watching ``host`` refuses unrecorded requests."""
-    try:
-        key = route_key(host)
-    except ValueError:
-        return
-    watching = [route for route in routes if key in route_hosts(route.match)]
+    watching = table.watching(host)
     closed = [route for route in watching if not route.passthrough]
     if closed:
         raise RouteRefused(
