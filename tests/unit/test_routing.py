@@ -10,6 +10,7 @@ from effect_broker.config.contracts import Route, RouteMatch
 from effect_broker.config.routes_config import ProxyPolicy, RoutesConfig
 from effect_broker.config.routing import (
     REMEMBERED_ANSWERS,
+    REMEMBERED_LENGTH,
     RouteTable,
     is_mutating,
     match_route,
@@ -95,6 +96,10 @@ def test_a_table_answers_again_from_memory_within_its_bound() -> None:
         )
         assert found is not None and found.name == "capture"
         assert len(table._answers) <= REMEMBERED_ANSWERS  # memory stays bounded
+    long_path = "/v1/charges/" + "c" * REMEMBERED_LENGTH + "/capture"
+    found = table.match(method="PUT", host="payments.internal", path=long_path)
+    assert found is not None and found.name == "capture"
+    assert ("PUT", "payments.internal", long_path) not in table._answers
 
 
 def test_match_route_accepts_a_table_or_routes() -> None:

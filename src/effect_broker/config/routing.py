@@ -115,8 +115,10 @@ def _segments_match(pattern: Pattern, segments: tuple[str, ...]) -> bool:
     )
 
 
-#: (method, host, path) answers a table remembers before it starts over.
+#: (method, host, path) answers a table remembers before it starts over, and the
+#: longest host and path it remembers one for: memory stays under a few MiB.
 REMEMBERED_ANSWERS = 4096
+REMEMBERED_LENGTH = 256
 
 
 class RouteTable:
@@ -153,6 +155,8 @@ class RouteTable:
         self._watching = {host: tuple(found) for host, found in watching.items()}
 
     def match(self, *, method: str, host: str | None, path: str) -> Route | None:
+        if len(path) + len(host or "") > REMEMBERED_LENGTH:
+            return self._match(method=method, host=host, path=path)
         asked = (method, host, path)
         try:
             return self._answers[asked]

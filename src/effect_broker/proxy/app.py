@@ -25,7 +25,7 @@ from effect_broker.answers import (
 )
 from effect_broker.config.contracts import Route
 from effect_broker.config.paths import RequestPath, normalize_path, split_target
-from effect_broker.config.routing import is_mutating
+from effect_broker.config.routing import REMEMBERED_LENGTH, is_mutating
 from effect_broker.dialects import translate
 from effect_broker.engine import upstream_url
 from effect_broker.errors import (
@@ -119,11 +119,7 @@ def check_host(request: web.Request, state: ProxyState) -> None:
 def request_path(request: web.Request) -> RequestPath:
     """The one normalised path this request is matched, stripped and forwarded by."""
     raw = split_target(request.raw_path)[0]
-    return _normalized(raw) if len(raw) <= REMEMBERED_PATH else normalize_path(raw)
-
-
-#: Paths up to this length are normalised once and remembered (``_normalized``).
-REMEMBERED_PATH = 256
+    return _normalized(raw) if len(raw) <= REMEMBERED_LENGTH else normalize_path(raw)
 
 
 @functools.lru_cache(maxsize=2048)
