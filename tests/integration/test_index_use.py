@@ -393,28 +393,39 @@ async def test_no_runtime_statement_scans_an_unanalyzed_ledger(database_url: str
             for args in case(samples):
                 reads = await _reads_of(conn, queries()[name], args, PLAN_MODES[0])
                 assert reads.scans, f"{name} reads on an index now: move it to CASES"
-        scans: dict[str, object] = {}
-        for name, case in CASES.items():
-            sql = queries()[name]
-            for i, args in enumerate(case(samples)):
-                explained = await _explained_scans(conn, sql, args)
-                if explained:
-                    scans[f"{name}[{i}] EXPLAIN"] = explained
-                bound = BOUNDS.get(name)
-                most = await conn.fetchval(*bound(args)) if bound else None
-                for mode in PLAN_MODES:
-                    reads = await _reads_of(conn, sql, args, mode)
-                    if reads.scans:
-                        scans[f"{name}[{i}] {mode}"] = reads.scans
-                    if most is not None and reads.rows > most:
-                        scans[f"{name}[{i}] {mode} rows"] = f"{reads.rows}, over {most}"
+        scans = await _whole_table_reads(conn, samples, bounded=True)
         # The planner still knew nothing but the tables' sizes when the plans were made.
         assert all(tuples < 0 for tuples in (await never_analyzed(conn)).values())
     finally:
         await conn.close()
-    assert not scans, "statements read a whole table:\n" + "\n".join(
-        f"  {where}: {what}" for where, what in scans.items()
-    )
+    assert not scans, "statements read a whole table:\n" + _listed(scans)
+
+
+async def _whole_table_reads(
+    conn: asyncpg.Connection, samples: Samples, *, bounded: bool
+) -> dict[str, object]:
+    """Each ``CASES`` block's sequential scans of a watched table, in its EXPLAIN and in
+    one run under each plan mode, and (``bounded``) its reads past its ``BOUNDS``."""
+    scans: dict[str, object] = {}
+    for name, case in CASES.items():
+        sql = queries()[name]
+        for i, args in enumerate(case(samples)):
+            explained = await _explained_scans(conn, sql, args)
+            if explained:
+                scans[f"{name}[{i}] EXPLAIN"] = explained
+            bound = BOUNDS.get(name) if bounded else None
+            most = await conn.fetchval(*bound(args)) if bound else None
+            for mode in PLAN_MODES:
+                reads = await _reads_of(conn, sql, args, mode)
+                if reads.scans:
+                    scans[f"{name}[{i}] {mode}"] = reads.scans
+                if most is not None and reads.rows > most:
+                    scans[f"{name}[{i}] {mode} rows"] = f"{reads.rows}, over {most}"
+    return scans
+
+
+def _listed(scans: Mapping[str, object]) -> str:
+    return "\n".join(f"  {where}: {what}" for where, what in scans.items())
 
 
 def _absent(status: str) -> dict[str, Any]:
@@ -449,22 +460,12 @@ async def test_plans_made_on_an_empty_ledger_stay_on_their_indexes(
         succeeded=_absent("succeeded"),
         receipt=_absent("succeeded"),
     )
-    scans: dict[str, object] = {}
     async with store._pool.acquire() as conn:  # the store's own, as it opens them
         assert await conn.fetchval("SELECT count(*) FROM effects") == 0
         # What the blocks' parameters refer to outside the ledger's own tables.
         await conn.execute("INSERT INTO tenants (tenant_id) VALUES ('tenant-0')")
         await conn.execute("INSERT INTO master_keys (key_id) VALUES ('key-1'), ('key-2')")
-        for name, case in CASES.items():
-            sql = queries()[name]
-            for i, args in enumerate(case(samples)):
-                explained = await _explained_scans(conn, sql, args)
-                if explained:
-                    scans[f"{name}[{i}] EXPLAIN"] = explained
-                for mode in PLAN_MODES:
-                    reads = await _reads_of(conn, sql, args, mode)
-                    if reads.scans:
-                        scans[f"{name}[{i}] {mode}"] = reads.scans
-    assert not scans, "plans made on an empty ledger read a whole table:\n" + "\n".join(
-        f"  {where}: {what}" for where, what in scans.items()
+        scans = await _whole_table_reads(conn, samples, bounded=False)
+    assert not scans, "plans made on an empty ledger read a whole table:\n" + _listed(
+        scans
     )
