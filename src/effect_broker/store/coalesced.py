@@ -17,13 +17,15 @@ tenant (``store/sharding.py``) a statement spanning tenants would span shards, w
 Citus commits with two-phase commit; there each batch is split by tenant and each
 tenant's share is one ``<statement>_of_tenant`` statement filtered by that tenant, so
 it runs on the tenant's shard alone (a share of one request takes the one-row
-statement). The shares are written one after another on the writer's connection.
+statement). The shares of a batch touch disjoint rows, so they are written at once,
+each on a pool connection of its own.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
-from collections.abc import Awaitable, Callable, Hashable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Generic, TypeVar
 
@@ -51,6 +53,9 @@ from effect_broker.store.write_requests import (
 
 T = TypeVar("T")
 R = TypeVar("R")
+
+#: Where a statement runs: a writer's kept connection, or any pool connection.
+Runner = HeldConnection | asyncpg.Pool
 
 #: The largest batch one statement carries; more waiting requests take the next one.
 MAX_BATCH = 128
@@ -99,7 +104,7 @@ class CoalescedWrites(Sharding):
                 batch,
                 lambda r: r.tenant_id,
                 self._reserve_batch,
-                self._reserve_one,
+                lambda r: self._reserve_one(r, self._pool),
                 failpoints.IN_RESERVE_BATCH,
             )
         return await self._reserve_batch(batch)
@@ -113,12 +118,17 @@ class CoalescedWrites(Sharding):
         its own snapshot, which cannot see a key another transaction created after the
         statement began; such a request gets the one-row statement, which sees it."""
         columns = _columns(_reserve_arguments(r) for r in batch)
+        via: Runner = self._reserving if tenant is None else self._pool
+
+        async def one(r: ReserveRequest) -> Reservation:
+            return await self._reserve_one(r, via)
+
         rows = await self._fetch_batch(
-            self._reserving,
+            via,
             "reserve_batch" if tenant is None else "reserve_batch_of_tenant",
             batch,
             columns if tenant is None else [*columns, tenant],
-            self._reserve_one,
+            one,
             failpoints.IN_RESERVE_BATCH,
         )
         if not isinstance(rows, list):
@@ -129,16 +139,18 @@ class CoalescedWrites(Sharding):
             if i in by_ord:
                 results.append(_reservation(by_ord[i], r.request_hash))
             elif tenant is not None:
-                results.append(await _outcome(self._reserve_one, r))
+                results.append(await _outcome(one, r))
             else:
                 results.append(
                     StoreError("the reservation vanished while it was written")
                 )
         return results
 
-    async def _reserve_one(self, r: ReserveRequest) -> Reservation:
+    async def _reserve_one(
+        self, r: ReserveRequest, via: Runner | None = None
+    ) -> Reservation:
         async with translated():
-            row = await self._reserving.fetchrow(
+            row = await (self._reserving if via is None else via).fetchrow(
                 self._sql["reserve"], *_reserve_arguments(r, preview_as_text=False)
             )
         assert row is not None, "reserve_effect always returns one row"
@@ -153,7 +165,10 @@ class CoalescedWrites(Sharding):
             return await _alone(batch[0], self._start_one)
         if await self._sharded():
             return await _by_tenant(
-                batch, lambda r: r.effect.tenant_id, self._start_batch, self._start_one
+                batch,
+                lambda r: r.effect.tenant_id,
+                self._start_batch,
+                lambda r: self._start_one(r, self._pool),
             )
         return await self._start_batch(batch)
 
@@ -162,12 +177,17 @@ class CoalescedWrites(Sharding):
     ) -> Sequence[Effect | BaseException]:
         """One statement for the batch: across tenants, or (``tenant``) within one."""
         columns = _columns(_start_arguments(r) for r in batch)
+        via: Runner = self._starting if tenant is None else self._pool
+
+        async def one(r: StartRequest) -> Effect:
+            return await self._start_one(r, via)
+
         rows = await self._fetch_batch(
-            self._starting,
+            via,
             "start_attempt_batch" if tenant is None else "start_attempt_batch_of_tenant",
             batch,
             columns if tenant is None else [*columns, tenant],
-            self._start_one,
+            one,
         )
         if not isinstance(rows, list):
             return rows.results
@@ -194,9 +214,9 @@ class CoalescedWrites(Sharding):
             updated_at=row["updated_at"],
         )
 
-    async def _start_one(self, r: StartRequest) -> Effect:
+    async def _start_one(self, r: StartRequest, via: Runner | None = None) -> Effect:
         async with translated():
-            row = await self._starting.fetchrow(
+            row = await (self._starting if via is None else via).fetchrow(
                 self._sql["start_attempt"], *_start_arguments(r)
             )
         if row is None:
@@ -215,7 +235,7 @@ class CoalescedWrites(Sharding):
                 batch,
                 lambda r: r.effect.tenant_id,
                 self._receipt_batch,
-                self._receipt_one,
+                lambda r: self._receipt_one(r, self._pool),
                 failpoints.IN_RECEIPT_BATCH,
             )
         return await self._receipt_batch(batch)
@@ -225,14 +245,19 @@ class CoalescedWrites(Sharding):
     ) -> Sequence[tuple[Effect, Receipt] | BaseException]:
         """One statement for the batch: across tenants, or (``tenant``) within one."""
         columns = _columns(_receipt_arguments(r) for r in batch)
+        via: Runner = self._settling if tenant is None else self._pool
+
+        async def one(r: ReceiptRequest) -> tuple[Effect, Receipt]:
+            return await self._receipt_one(r, via)
+
         rows = await self._fetch_batch(
-            self._settling,
+            via,
             "record_receipt_batch"
             if tenant is None
             else "record_receipt_batch_of_tenant",
             batch,
             columns if tenant is None else [*columns, tenant],
-            self._receipt_one,
+            one,
             failpoints.IN_RECEIPT_BATCH,
         )
         if not isinstance(rows, list):
@@ -245,9 +270,11 @@ class CoalescedWrites(Sharding):
             for i, r in enumerate(batch, start=1)
         ]
 
-    async def _receipt_one(self, r: ReceiptRequest) -> tuple[Effect, Receipt]:
+    async def _receipt_one(
+        self, r: ReceiptRequest, via: Runner | None = None
+    ) -> tuple[Effect, Receipt]:
         async with translated():
-            row = await self._settling.fetchrow(
+            row = await (self._settling if via is None else via).fetchrow(
                 self._sql["record_receipt"], *_receipt_arguments(r, details_as_text=False)
             )
         if row is None:
@@ -258,7 +285,7 @@ class CoalescedWrites(Sharding):
 
     async def _fetch_batch(
         self,
-        connection: HeldConnection,
+        connection: Runner,
         query: str,
         batch: Sequence[T],
         parameters: Sequence[Any],
@@ -317,19 +344,24 @@ async def _by_tenant(
     failpoint: str | None = None,
 ) -> list[R | BaseException]:
     """The batch split by tenant (a sharded ledger): ``write(share, tenant)`` for each
-    tenant's share of two or more, the one-row statement for a share of one, in the
-    order each tenant first appears; every request gets its own result, in order."""
-    shares: dict[Hashable, list[int]] = {}
+    tenant's share of two or more, ``one`` for a share of one, all shares at once
+    (their rows are disjoint); every request gets its own result, in order."""
+    shares: dict[str, list[int]] = {}
     for position, item in enumerate(batch):
         shares.setdefault(tenant_of(item), []).append(position)
-    results: list[R | BaseException | None] = [None] * len(batch)
-    for tenant, positions in shares.items():
+
+    async def share(tenant: str, positions: list[int]) -> Sequence[R | BaseException]:
         items = [batch[position] for position in positions]
         if len(items) == 1:
-            written: Sequence[R | BaseException] = await _alone(items[0], one, failpoint)
-        else:
-            written = await write(items, str(tenant))
-        for position, result in zip(positions, written, strict=True):
+            return await _alone(items[0], one, failpoint)
+        return await write(items, tenant)
+
+    written = await asyncio.gather(
+        *(share(tenant, positions) for tenant, positions in shares.items())
+    )
+    results: list[R | BaseException | None] = [None] * len(batch)
+    for positions, answers in zip(shares.values(), written, strict=True):
+        for position, result in zip(positions, answers, strict=True):
             results[position] = result
     return [
         result if result is not None else StoreError("a request of the batch was lost")
