@@ -177,6 +177,14 @@ CASES: Mapping[str, Case] = {
     "reserve_batch": lambda s: [_reserve_batch(s)],
     "start_attempt_batch": lambda s: [_columns(_start(s.prepared))],
     "record_receipt_batch": lambda s: [_columns(_receipt(s.dispatching))],
+    # the same three within one tenant, as a sharded ledger writes a batch
+    "reserve_batch_of_tenant": lambda s: [[*_reserve_batch(s), "tenant-0"]],
+    "start_attempt_batch_of_tenant": lambda s: [
+        [*_columns(_start(s.prepared)), "tenant-0"]
+    ],
+    "record_receipt_batch_of_tenant": lambda s: [
+        [*_columns(_receipt(s.dispatching)), "tenant-0"]
+    ],
     "transition": lambda s: [
         [
             s.dispatching["effect_id"],

@@ -6,7 +6,7 @@ locked with ``FOR UPDATE SKIP LOCKED`` in one ordered range scan. A distributed 
 steps: a lock-free list of the tenants with due work, oldest first, then one
 single-shard ``SKIP LOCKED`` claim per tenant, each taking a fair share of what is left
 of the limit. Which branch runs is decided once, from whether the ledger was
-distributed (``store/distribute.py`` records it).
+distributed (``store/sharding.py``).
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from datetime import timedelta
 import asyncpg
 
 from effect_broker.models import Effect
-from effect_broker.store.distribute import is_distributed
 from effect_broker.store.rows import effect_of
+from effect_broker.store.sharding import Sharding
 from effect_broker.store.translate import translated
 
 
@@ -29,18 +29,11 @@ def fair_share(remaining: int, tenants_left: int) -> int:
     return max(1, math.ceil(remaining / max(1, tenants_left)))
 
 
-class Claims:
+class Claims(Sharding):
     """Mixed into ``Store``: it shares the store's pool and queries."""
 
     _pool: asyncpg.Pool
     _sql: Mapping[str, str]
-    _per_tenant: bool | None = None
-
-    async def _claims_per_tenant(self) -> bool:
-        if self._per_tenant is None:
-            async with translated(), self._pool.acquire() as conn:
-                self._per_tenant = await is_distributed(conn)
-        return self._per_tenant
 
     async def claim_due(
         self, *, owner: str, lease: timedelta, limit: int
@@ -50,7 +43,7 @@ class Claims:
         Claiming bumps the version, so whoever held an expired lease is fenced from now
         on.
         """
-        if not await self._claims_per_tenant():
+        if not await self._sharded():
             async with translated("claim_due"):
                 rows = await self._pool.fetch(self._sql["claim_due"], limit, owner, lease)
             return [effect_of(row) for row in rows]
@@ -76,7 +69,7 @@ class Claims:
         new effect only once the target may have forgotten the key too.
         """
         names, kept = list(retention), list(retention.values())
-        if not await self._claims_per_tenant():
+        if not await self._sharded():
             async with translated("prune_settled"):
                 rows = await self._pool.fetch(
                     self._sql["prune_settled"], names, kept, limit

@@ -11,10 +11,19 @@ neighbours their own results.
 
 No caller hears anything before the batch's statement returned, that is, committed:
 nothing goes upstream, and no answer goes back, before the write is durable.
+
+On one PostgreSQL a batch is one statement whatever its tenants. On a ledger sharded by
+tenant (``store/sharding.py``) a statement spanning tenants would span shards, which
+Citus commits with two-phase commit; there each batch is split by tenant and each
+tenant's share is one ``<statement>_of_tenant`` statement filtered by that tenant, so
+it runs on the tenant's shard alone (a share of one request takes the one-row
+statement). The shares of a batch touch disjoint rows, so they are written at once,
+each on a pool connection of its own.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -34,6 +43,7 @@ from effect_broker.models import (
 from effect_broker.store.batch import Batcher
 from effect_broker.store.held import HeldConnection
 from effect_broker.store.rows import effect_of, receipt_of
+from effect_broker.store.sharding import Sharding
 from effect_broker.store.translate import translated
 from effect_broker.store.write_requests import (
     ReceiptRequest,
@@ -44,11 +54,14 @@ from effect_broker.store.write_requests import (
 T = TypeVar("T")
 R = TypeVar("R")
 
+#: Where a statement runs: a writer's kept connection, or any pool connection.
+Runner = HeldConnection | asyncpg.Pool
+
 #: The largest batch one statement carries; more waiting requests take the next one.
 MAX_BATCH = 128
 
 
-class CoalescedWrites:
+class CoalescedWrites(Sharding):
     """The batched half of ``Store``'s writes; it shares the store's pool and queries."""
 
     _pool: asyncpg.Pool
@@ -86,27 +99,58 @@ class CoalescedWrites:
     ) -> Sequence[Reservation | BaseException]:
         if len(batch) == 1:
             return await _alone(batch[0], self._reserve_one, failpoints.IN_RESERVE_BATCH)
+        if await self._sharded():
+            return await _by_tenant(
+                batch,
+                lambda r: r.tenant_id,
+                self._reserve_batch,
+                lambda r: self._reserve_one(r, self._pool),
+                failpoints.IN_RESERVE_BATCH,
+            )
+        return await self._reserve_batch(batch)
+
+    async def _reserve_batch(
+        self, batch: Sequence[ReserveRequest], tenant: str | None = None
+    ) -> Sequence[Reservation | BaseException]:
+        """One statement for the batch: across tenants, or (``tenant``) within one.
+
+        Within one tenant the statement reads back the keys it did not create with
+        its own snapshot, which cannot see a key another transaction created after the
+        statement began; such a request gets the one-row statement, which sees it."""
+        columns = _columns(_reserve_arguments(r) for r in batch)
+        via: Runner = self._reserving if tenant is None else self._pool
+
+        async def one(r: ReserveRequest) -> Reservation:
+            return await self._reserve_one(r, via)
+
         rows = await self._fetch_batch(
-            self._reserving,
-            "reserve_batch",
+            via,
+            "reserve_batch" if tenant is None else "reserve_batch_of_tenant",
             batch,
-            _columns(_reserve_arguments(r) for r in batch),
-            self._reserve_one,
+            columns if tenant is None else [*columns, tenant],
+            one,
             failpoints.IN_RESERVE_BATCH,
         )
         if not isinstance(rows, list):
             return rows.results
         by_ord = {row["ord"]: row for row in rows}
-        return [
-            _reservation(by_ord[i], r.request_hash)
-            if i in by_ord
-            else StoreError("the reservation vanished while it was written")
-            for i, r in enumerate(batch, start=1)
-        ]
+        results: list[Reservation | BaseException] = []
+        for i, r in enumerate(batch, start=1):
+            if i in by_ord:
+                results.append(_reservation(by_ord[i], r.request_hash))
+            elif tenant is not None:
+                results.append(await _outcome(one, r))
+            else:
+                results.append(
+                    StoreError("the reservation vanished while it was written")
+                )
+        return results
 
-    async def _reserve_one(self, r: ReserveRequest) -> Reservation:
+    async def _reserve_one(
+        self, r: ReserveRequest, via: Runner | None = None
+    ) -> Reservation:
         async with translated():
-            row = await self._reserving.fetchrow(
+            row = await (self._reserving if via is None else via).fetchrow(
                 self._sql["reserve"], *_reserve_arguments(r, preview_as_text=False)
             )
         assert row is not None, "reserve_effect always returns one row"
@@ -119,12 +163,31 @@ class CoalescedWrites:
     ) -> Sequence[Effect | BaseException]:
         if len(batch) == 1:
             return await _alone(batch[0], self._start_one)
+        if await self._sharded():
+            return await _by_tenant(
+                batch,
+                lambda r: r.effect.tenant_id,
+                self._start_batch,
+                lambda r: self._start_one(r, self._pool),
+            )
+        return await self._start_batch(batch)
+
+    async def _start_batch(
+        self, batch: Sequence[StartRequest], tenant: str | None = None
+    ) -> Sequence[Effect | BaseException]:
+        """One statement for the batch: across tenants, or (``tenant``) within one."""
+        columns = _columns(_start_arguments(r) for r in batch)
+        via: Runner = self._starting if tenant is None else self._pool
+
+        async def one(r: StartRequest) -> Effect:
+            return await self._start_one(r, via)
+
         rows = await self._fetch_batch(
-            self._starting,
-            "start_attempt_batch",
+            via,
+            "start_attempt_batch" if tenant is None else "start_attempt_batch_of_tenant",
             batch,
-            _columns(_start_arguments(r) for r in batch),
-            self._start_one,
+            columns if tenant is None else [*columns, tenant],
+            one,
         )
         if not isinstance(rows, list):
             return rows.results
@@ -151,9 +214,9 @@ class CoalescedWrites:
             updated_at=row["updated_at"],
         )
 
-    async def _start_one(self, r: StartRequest) -> Effect:
+    async def _start_one(self, r: StartRequest, via: Runner | None = None) -> Effect:
         async with translated():
-            row = await self._starting.fetchrow(
+            row = await (self._starting if via is None else via).fetchrow(
                 self._sql["start_attempt"], *_start_arguments(r)
             )
         if row is None:
@@ -167,12 +230,34 @@ class CoalescedWrites:
     ) -> Sequence[tuple[Effect, Receipt] | BaseException]:
         if len(batch) == 1:
             return await _alone(batch[0], self._receipt_one, failpoints.IN_RECEIPT_BATCH)
+        if await self._sharded():
+            return await _by_tenant(
+                batch,
+                lambda r: r.effect.tenant_id,
+                self._receipt_batch,
+                lambda r: self._receipt_one(r, self._pool),
+                failpoints.IN_RECEIPT_BATCH,
+            )
+        return await self._receipt_batch(batch)
+
+    async def _receipt_batch(
+        self, batch: Sequence[ReceiptRequest], tenant: str | None = None
+    ) -> Sequence[tuple[Effect, Receipt] | BaseException]:
+        """One statement for the batch: across tenants, or (``tenant``) within one."""
+        columns = _columns(_receipt_arguments(r) for r in batch)
+        via: Runner = self._settling if tenant is None else self._pool
+
+        async def one(r: ReceiptRequest) -> tuple[Effect, Receipt]:
+            return await self._receipt_one(r, via)
+
         rows = await self._fetch_batch(
-            self._settling,
-            "record_receipt_batch",
+            via,
+            "record_receipt_batch"
+            if tenant is None
+            else "record_receipt_batch_of_tenant",
             batch,
-            _columns(_receipt_arguments(r) for r in batch),
-            self._receipt_one,
+            columns if tenant is None else [*columns, tenant],
+            one,
             failpoints.IN_RECEIPT_BATCH,
         )
         if not isinstance(rows, list):
@@ -185,9 +270,11 @@ class CoalescedWrites:
             for i, r in enumerate(batch, start=1)
         ]
 
-    async def _receipt_one(self, r: ReceiptRequest) -> tuple[Effect, Receipt]:
+    async def _receipt_one(
+        self, r: ReceiptRequest, via: Runner | None = None
+    ) -> tuple[Effect, Receipt]:
         async with translated():
-            row = await self._settling.fetchrow(
+            row = await (self._settling if via is None else via).fetchrow(
                 self._sql["record_receipt"], *_receipt_arguments(r, details_as_text=False)
             )
         if row is None:
@@ -198,14 +285,17 @@ class CoalescedWrites:
 
     async def _fetch_batch(
         self,
-        connection: HeldConnection,
+        connection: Runner,
         query: str,
         batch: Sequence[T],
-        columns: list[list[Any]],
+        parameters: Sequence[Any],
         one: Callable[[T], Awaitable[R]],
         failpoint: str | None = None,
     ) -> list[asyncpg.Record] | _Failed[R]:
         """Run one batch statement; on an error, each request's own outcome instead.
+
+        ``parameters`` are the statement's: one list per column of the requests (see
+        ``_columns``), then the tenant for a statement within one tenant.
 
         ``failpoint`` fires after the statement committed and before any request of
         the batch hears of it: the one moment inside a batch that differs from a crash
@@ -214,7 +304,7 @@ class CoalescedWrites:
         """
         try:
             async with translated():
-                rows = await connection.fetch(self._sql[query], *columns)
+                rows = await connection.fetch(self._sql[query], *parameters)
         except StoreUnavailable as exc:
             # Nothing was written, or the commit's fate is unknown: each request would
             # have had this error alone.
@@ -244,6 +334,39 @@ async def _alone(
     if failpoint is not None and not isinstance(result, BaseException):
         failpoints.hit(failpoint)
     return [result]
+
+
+async def _by_tenant(
+    batch: Sequence[T],
+    tenant_of: Callable[[T], str],
+    write: Callable[[Sequence[T], str], Awaitable[Sequence[R | BaseException]]],
+    one: Callable[[T], Awaitable[R]],
+    failpoint: str | None = None,
+) -> list[R | BaseException]:
+    """The batch split by tenant (a sharded ledger): ``write(share, tenant)`` for each
+    tenant's share of two or more, ``one`` for a share of one, all shares at once
+    (their rows are disjoint); every request gets its own result, in order."""
+    shares: dict[str, list[int]] = {}
+    for position, item in enumerate(batch):
+        shares.setdefault(tenant_of(item), []).append(position)
+
+    async def share(tenant: str, positions: list[int]) -> Sequence[R | BaseException]:
+        items = [batch[position] for position in positions]
+        if len(items) == 1:
+            return await _alone(items[0], one, failpoint)
+        return await write(items, tenant)
+
+    written = await asyncio.gather(
+        *(share(tenant, positions) for tenant, positions in shares.items())
+    )
+    results: list[R | BaseException | None] = [None] * len(batch)
+    for positions, answers in zip(shares.values(), written, strict=True):
+        for position, result in zip(positions, answers, strict=True):
+            results[position] = result
+    return [
+        result if result is not None else StoreError("a request of the batch was lost")
+        for result in results
+    ]
 
 
 async def _outcome(one: Callable[[T], Awaitable[R]], item: T) -> R | BaseException:

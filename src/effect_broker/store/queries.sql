@@ -54,6 +54,83 @@ FROM reserve_effects(
     $14::boolean[], $15::interval[], $16::interval[]
 );
 
+-- reserve_batch_of_tenant --
+-- reserve_batch within tenant $17, on its shard; a key taken meanwhile is missing.
+WITH v AS (
+    -- Every time the write stamps, computed first (see start_attempt).
+    SELECT v.*, now() AS at
+    FROM unnest(
+        $1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[],
+        $7::text[], $8::text[], $9::text[], $10::bytea[], $11::text[], $12::text[],
+        $13::interval[], $14::boolean[], $15::interval[], $16::interval[]
+    ) WITH ORDINALITY AS v (effect_id, tenant_id, operation_key, request_hash, route,
+                            contract_name, contract_version, safety, downstream_key,
+                            request_ciphertext, request_preview, lease_owner, lease,
+                            dispatch, key_retention, settlement, ord)
+    WHERE v.tenant_id = $17
+), ins AS (
+    INSERT INTO effects (
+        effect_id, tenant_id, operation_key, request_hash, route, contract_name,
+        contract_version, safety, downstream_key, status, version, attempts,
+        request_ciphertext, request_preview, lease_owner, lease_expires_at, due_at,
+        first_dispatched_at, retention_deadline, settlement_deadline, created_at,
+        updated_at
+    )
+    SELECT effect_id, $17, operation_key, request_hash, route, contract_name,
+        contract_version, safety, downstream_key,
+        CASE WHEN dispatch THEN 'dispatching' ELSE 'prepared' END,
+        CASE WHEN dispatch THEN 2 ELSE 1 END,
+        CASE WHEN dispatch THEN 1 ELSE 0 END,
+        request_ciphertext, request_preview::jsonb, lease_owner, at + lease, at + lease,
+        CASE WHEN dispatch THEN at END,
+        CASE WHEN dispatch THEN at + key_retention END,
+        CASE WHEN dispatch THEN at + settlement END,
+        at, at
+    FROM v
+    ORDER BY operation_key  -- one lock order for every batch
+    ON CONFLICT ON CONSTRAINT effects_tenant_operation_key DO NOTHING
+    RETURNING *
+), first AS (
+    SELECT ins.tenant_id, ins.effect_id, ins.status, ins.lease_owner,
+           ins.created_at AS at, d.details,
+           effect_event_digest('\x'::bytea, ins.effect_id, 1, 'reserved', NULL,
+                               'prepared', ins.lease_owner, d.details, ins.created_at)
+               AS digest
+    FROM ins, LATERAL (
+        SELECT jsonb_build_object(
+            'route', ins.route,
+            'contract', ins.contract_name || '@' || ins.contract_version) AS details
+    ) AS d
+), events AS (
+    INSERT INTO effect_events (tenant_id, effect_id, seq, kind, from_status, to_status,
+                               actor, details, occurred_at, prev_digest, digest)
+    SELECT tenant_id, effect_id, 1, 'reserved', NULL, 'prepared', lease_owner, details,
+           at, '\x'::bytea, digest
+    FROM first
+    UNION ALL
+    SELECT tenant_id, effect_id, 2, 'dispatch', 'prepared', 'dispatching', lease_owner,
+           '{"attempt": 1}'::jsonb, at, digest,
+           effect_event_digest(digest, effect_id, 2, 'dispatch', 'prepared',
+                               'dispatching', lease_owner, '{"attempt": 1}'::jsonb, at)
+    FROM first WHERE status = 'dispatching'
+), attempts AS (
+    INSERT INTO effect_attempts (tenant_id, effect_id, attempt_no, owner, started_at)
+    SELECT tenant_id, effect_id, 1, lease_owner, created_at
+    FROM ins WHERE status = 'dispatching'
+)
+-- The created rows as inserted, then the keys that were there already: read with the
+-- statement's snapshot (a distributed engine may read after the insert, hence the
+-- NOT EXISTS), which misses a key created concurrently: that request is left out.
+SELECT v.ord, true AS created, ins.*, NULL::effect_receipts AS receipt,
+       now() AS observed_at
+FROM ins JOIN v ON v.operation_key = ins.operation_key
+UNION ALL
+SELECT v.ord, false, e.*, r, now()
+FROM v
+JOIN effects AS e ON e.tenant_id = $17 AND e.operation_key = v.operation_key
+LEFT JOIN effect_receipts AS r ON r.tenant_id = $17 AND r.effect_id = e.effect_id
+WHERE NOT EXISTS (SELECT 1 FROM ins WHERE ins.operation_key = v.operation_key);
+
 -- start_attempt_batch --
 -- start_attempt for many effects at once; an effect fenced by its version is missing.
 WITH v AS (
@@ -99,6 +176,64 @@ SELECT moved.batch_ord, moved.version, moved.attempts, moved.lease_expires_at,
 ) IS NOT NULL AS event_written
 FROM moved;
 
+-- start_attempt_batch_of_tenant --
+-- start_attempt_batch within tenant $9, on its shard; the statement appends the events.
+WITH v AS (
+    -- Every time the write stamps, computed per request first (see start_attempt).
+    SELECT v.*, now() AS at, now() + v.lease AS lease_end,
+           now() + v.key_retention AS retention_end, now() + v.settlement AS settle_end
+    FROM unnest(
+        $1::uuid[], $2::bigint[], $3::text[], $4::interval[], $5::interval[],
+        $6::interval[], $7::text[], $8::text[]
+    ) WITH ORDINALITY AS v (effect_id, version, owner, lease, key_retention, settlement,
+                            from_status, tenant_id, ord)
+    WHERE v.tenant_id = $9
+), moved AS (
+    UPDATE effects AS e SET
+        status = 'dispatching',
+        version = e.version + 1,
+        attempts = e.attempts + 1,
+        lease_owner = v.owner,
+        lease_expires_at = v.lease_end,
+        due_at = v.lease_end,
+        first_dispatched_at = coalesce(e.first_dispatched_at, v.at),
+        retention_deadline = coalesce(e.retention_deadline, v.retention_end),
+        settlement_deadline = v.settle_end,
+        last_error = NULL,
+        updated_at = v.at
+    FROM v
+    WHERE e.tenant_id = $9 AND e.effect_id = v.effect_id
+      AND e.version = v.version AND e.status = v.from_status
+    RETURNING e.tenant_id, e.effect_id, e.version, e.attempts, e.lease_owner,
+              e.lease_expires_at, e.due_at, e.first_dispatched_at, e.retention_deadline,
+              e.settlement_deadline, e.updated_at, v.ord AS batch_ord,
+              v.from_status AS batch_from
+), attempt AS (
+    INSERT INTO effect_attempts (tenant_id, effect_id, attempt_no, owner, started_at)
+    SELECT tenant_id, effect_id, attempts, lease_owner, updated_at FROM moved
+), chained AS (
+    -- Each new version's predecessor; a missing one leaves the digest NULL, which the
+    -- events' NOT NULL refuses (see claim_due_of_tenant).
+    SELECT moved.*, prev.digest AS prev_digest,
+           jsonb_build_object('attempt', moved.attempts) AS event_details
+    FROM moved
+    LEFT JOIN effect_events AS prev
+        ON prev.tenant_id = $9 AND prev.effect_id = moved.effect_id
+       AND prev.seq = moved.version - 1
+), event AS (
+    INSERT INTO effect_events (tenant_id, effect_id, seq, kind, from_status, to_status,
+                               actor, details, occurred_at, prev_digest, digest)
+    SELECT tenant_id, effect_id, version, 'dispatch', batch_from, 'dispatching',
+           lease_owner, event_details, updated_at, prev_digest,
+           effect_event_digest(prev_digest, effect_id, version, 'dispatch', batch_from,
+                               'dispatching', lease_owner, event_details, updated_at)
+    FROM chained
+)
+-- Only what the write changed comes back; the caller holds the rest of the row.
+SELECT batch_ord, version, attempts, lease_expires_at, due_at, first_dispatched_at,
+       retention_deadline, settlement_deadline, updated_at, true AS event_written
+FROM moved;
+
 -- record_receipt_batch --
 -- record_receipt for many effects at once; an effect fenced by its version is missing.
 WITH v AS (
@@ -142,6 +277,64 @@ SELECT moved.batch_ord, moved.version, moved.updated_at, append_effect_event(
         || moved.batch_details::jsonb,
     moved.updated_at
 ) IS NOT NULL AS event_written
+FROM moved;
+
+-- record_receipt_batch_of_tenant --
+-- record_receipt_batch within tenant $13, on its shard; the statement appends the events.
+WITH v AS (
+    SELECT * FROM unnest(
+        $1::uuid[], $2::bigint[], $3::text[], $4::text[], $5::text[], $6::text[],
+        $7::integer[], $8::bytea[], $9::text[], $10::text[], $11::text[], $12::text[]
+    ) WITH ORDINALITY AS v (effect_id, version, from_status, to_status, kind, actor,
+                            status_code, ciphertext, source, external_id, details,
+                            tenant_id, ord)
+    WHERE v.tenant_id = $13
+), moved AS (
+    UPDATE effects AS e SET
+        status = v.to_status,
+        version = e.version + 1,
+        lease_owner = NULL,
+        lease_expires_at = NULL,
+        due_at = NULL,
+        last_error = NULL,
+        updated_at = now()
+    FROM v
+    WHERE e.tenant_id = $13 AND e.effect_id = v.effect_id
+      AND e.version = v.version AND e.status = v.from_status
+    RETURNING e.tenant_id, e.effect_id, e.version, e.status, e.updated_at,
+              v.ord AS batch_ord, v.from_status AS batch_from, v.kind AS batch_kind,
+              v.actor AS batch_actor, v.status_code AS batch_status_code,
+              v.ciphertext AS batch_ciphertext, v.source AS batch_source,
+              v.external_id AS batch_external_id, v.details AS batch_details
+), receipt AS (
+    INSERT INTO effect_receipts (tenant_id, effect_id, status_code, response_ciphertext,
+                                 source, external_id, recorded_at)
+    SELECT tenant_id, effect_id, batch_status_code, batch_ciphertext, batch_source,
+           batch_external_id, updated_at
+    FROM moved
+), chained AS (
+    -- Each new version's predecessor; a missing one leaves the digest NULL, which the
+    -- events' NOT NULL refuses (see claim_due_of_tenant).
+    SELECT moved.*, prev.digest AS prev_digest,
+           jsonb_build_object('status_code', moved.batch_status_code,
+                              'source', moved.batch_source,
+                              'external_id', moved.batch_external_id)
+               || moved.batch_details::jsonb AS event_details
+    FROM moved
+    LEFT JOIN effect_events AS prev
+        ON prev.tenant_id = $13 AND prev.effect_id = moved.effect_id
+       AND prev.seq = moved.version - 1
+), event AS (
+    INSERT INTO effect_events (tenant_id, effect_id, seq, kind, from_status, to_status,
+                               actor, details, occurred_at, prev_digest, digest)
+    SELECT tenant_id, effect_id, version, batch_kind, batch_from, status, batch_actor,
+           event_details, updated_at, prev_digest,
+           effect_event_digest(prev_digest, effect_id, version, batch_kind, batch_from,
+                               status, batch_actor, event_details, updated_at)
+    FROM chained
+)
+-- Only what the write changed comes back; the caller holds the rest of the row.
+SELECT batch_ord, version, updated_at, true AS event_written
 FROM moved;
 
 -- transition --
