@@ -223,6 +223,12 @@ CASES: Mapping[str, Case] = {
             "tenant-0",
         ],
     ],
+    # the same five as calls of their functions, as a sharded ledger writes them
+    "start_attempt_call": lambda s: [_start(s.prepared), _start(s.retryable)],
+    "record_receipt_call": lambda s: [_receipt(s.dispatching, details='{"a": 1}')],
+    "transition_call": lambda s: CASES["transition"](s),
+    "reschedule_call": lambda s: CASES["reschedule"](s),
+    "renew_lease_call": lambda s: CASES["renew_lease"](s),
     "claim_due": lambda s: [[10, "worker-b", LEASE]],
     "prune_settled": lambda s: [[["contract-0", "contract-1"], [HOUR, HOUR], 50]],
     # the same two, tenant by tenant, as a sharded ledger runs them (store/claims.py)

@@ -215,9 +215,10 @@ class CoalescedWrites(Sharding):
         )
 
     async def _start_one(self, r: StartRequest, via: Runner | None = None) -> Effect:
+        sql = await self._write_sql("start_attempt")
         async with translated():
             row = await (self._starting if via is None else via).fetchrow(
-                self._sql["start_attempt"], *_start_arguments(r)
+                sql, *_start_arguments(r)
             )
         if row is None:
             raise self._stale(r.effect)
@@ -273,9 +274,10 @@ class CoalescedWrites(Sharding):
     async def _receipt_one(
         self, r: ReceiptRequest, via: Runner | None = None
     ) -> tuple[Effect, Receipt]:
+        sql = await self._write_sql("record_receipt")
         async with translated():
             row = await (self._settling if via is None else via).fetchrow(
-                self._sql["record_receipt"], *_receipt_arguments(r, details_as_text=False)
+                sql, *_receipt_arguments(r, details_as_text=False)
             )
         if row is None:
             raise self._stale(r.effect)

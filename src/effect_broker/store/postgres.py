@@ -340,7 +340,7 @@ class Store(CoalescedWrites, LedgerReads, LedgerKeys, RunningCalls, Claims):
 
     async def _write_one(self, query: str, effect: Effect, *args: Any) -> Effect:
         async with translated(query):
-            row = await self._pool.fetchrow(self._sql[query], *args)
+            row = await self._pool.fetchrow(await self._write_sql(query), *args)
         if row is None:
             raise self._stale(effect)
         return effect_of(row)

@@ -45,6 +45,11 @@ SELECT moved.*, append_effect_event(
 ) IS NOT NULL AS event_written
 FROM moved;
 
+-- start_attempt_call --
+-- start_attempt as one call of its function, run whole on the tenant's shard.
+SELECT e.*, true AS event_written
+FROM start_attempt_effect($8, $1, $2, $3, $4, $5, $6, $7) AS e;
+
 -- reserve_batch --
 -- Many reservations in one statement and one commit; one row back per request ($n[ord]).
 SELECT ord, created, (effect).*, receipt, now() AS observed_at
@@ -377,6 +382,11 @@ WITH clock AS (
 SELECT moved.*, true AS event_written
 FROM moved;
 
+-- transition_call --
+-- transition as one call of its function, run whole on the tenant's shard.
+SELECT e.*, true AS event_written
+FROM transition_effect($13, $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) AS e;
+
 -- record_receipt --
 -- Settle the effect (SUCCEEDED or FAILED_FINAL) and store its immutable receipt together.
 WITH moved AS (
@@ -403,6 +413,11 @@ SELECT moved.version, moved.updated_at, append_effect_event(
     moved.updated_at
 ) IS NOT NULL AS event_written
 FROM moved;
+
+-- record_receipt_call --
+-- record_receipt as one call of its function, run whole on the tenant's shard.
+SELECT e.version, e.updated_at, true AS event_written
+FROM record_receipt_effect($12, $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) AS e;
 
 -- reschedule --
 -- Keep the status, drop the lease and set the next wake-up time (a backoff, a wait).
@@ -438,6 +453,11 @@ WITH moved AS (
 SELECT moved.*, true AS event_written
 FROM moved;
 
+-- reschedule_call --
+-- reschedule as one call of its function, run whole on the tenant's shard.
+SELECT e.*, true AS event_written
+FROM reschedule_effect($7, $1, $2, $3, $4, $5, $6) AS e;
+
 -- renew_lease --
 -- Extend the lease of an attempt still sending or streaming, only for its holder.
 WITH moved AS (
@@ -471,6 +491,11 @@ WITH moved AS (
 )
 SELECT moved.*, true AS event_written
 FROM moved;
+
+-- renew_lease_call --
+-- renew_lease as one call of its function, run whole on the tenant's shard.
+SELECT e.*, true AS event_written
+FROM renew_lease_effect($5, $1, $2, $3, $4) AS e;
 
 -- claim_due --
 -- Lease up to $1 effects whose wake-up time has passed, skipping rows others hold.

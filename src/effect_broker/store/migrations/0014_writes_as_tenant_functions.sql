@@ -1,0 +1,203 @@
+-- 0014: the one-row writes after reserve as functions taking the tenant, so a ledger
+-- sharded by tenant can run each of them whole on the tenant's shard.
+--
+-- On Citus a statement that inserts rows returned by another step of itself (the
+-- writes' UPDATE ... RETURNING, then INSERT INTO the events, attempts or receipts
+-- from it) runs as several steps and copies the intermediate rows to every worker,
+-- so each such write commits with two-phase commit across all workers. A function
+-- distributed by its tenant argument (store/distribute.py distributes every function
+-- with p_tenant_id, co-located with effects) runs on the tenant's worker alone, as
+-- reserve_effect does. Each function does exactly what its block in queries.sql does:
+-- the same compare-and-swap on version and status, the same columns and times, and
+-- the same event chained the same way (start_attempt and record_receipt through
+-- append_effect_event; transition, reschedule and renew_lease inserting it chained to
+-- its predecessor, whose absence leaves the digest NULL for the NOT NULL to refuse).
+-- A fenced write returns no row. One PostgreSQL keeps running the statements; the
+-- store calls these only on a distributed ledger (store/sharding.py).
+
+CREATE FUNCTION start_attempt_effect(
+    p_tenant_id text, p_effect_id uuid, p_version bigint, p_owner text,
+    p_lease interval, p_key_retention interval, p_settlement interval, p_from text
+) RETURNS SETOF effects
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_now timestamptz := now();
+    v_effect effects;
+BEGIN
+    UPDATE effects AS e SET
+        status = 'dispatching',
+        version = e.version + 1,
+        attempts = e.attempts + 1,
+        lease_owner = p_owner,
+        lease_expires_at = v_now + p_lease,
+        due_at = v_now + p_lease,
+        first_dispatched_at = coalesce(e.first_dispatched_at, v_now),
+        retention_deadline = coalesce(e.retention_deadline, v_now + p_key_retention),
+        settlement_deadline = v_now + p_settlement,
+        last_error = NULL,
+        updated_at = v_now
+    WHERE e.tenant_id = p_tenant_id AND e.effect_id = p_effect_id
+      AND e.version = p_version AND e.status = p_from
+    RETURNING e.* INTO v_effect;
+    IF NOT FOUND THEN
+        RETURN;
+    END IF;
+    INSERT INTO effect_attempts (tenant_id, effect_id, attempt_no, owner, started_at)
+    VALUES (p_tenant_id, p_effect_id, v_effect.attempts, p_owner, v_effect.updated_at);
+    PERFORM append_effect_event(
+        p_tenant_id, p_effect_id, v_effect.version, 'dispatch', p_from, 'dispatching',
+        p_owner, jsonb_build_object('attempt', v_effect.attempts), v_effect.updated_at);
+    RETURN NEXT v_effect;
+END
+$$;
+
+CREATE FUNCTION record_receipt_effect(
+    p_tenant_id text, p_effect_id uuid, p_version bigint, p_from text, p_to text,
+    p_kind text, p_actor text, p_status_code integer, p_response bytea,
+    p_source text, p_external_id text, p_details jsonb
+) RETURNS SETOF effects
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_now timestamptz := now();
+    v_effect effects;
+BEGIN
+    UPDATE effects AS e SET
+        status = p_to,
+        version = e.version + 1,
+        lease_owner = NULL,
+        lease_expires_at = NULL,
+        due_at = NULL,
+        last_error = NULL,
+        updated_at = v_now
+    WHERE e.tenant_id = p_tenant_id AND e.effect_id = p_effect_id
+      AND e.version = p_version AND e.status = p_from
+    RETURNING e.* INTO v_effect;
+    IF NOT FOUND THEN
+        RETURN;
+    END IF;
+    INSERT INTO effect_receipts (tenant_id, effect_id, status_code, response_ciphertext,
+                                 source, external_id, recorded_at)
+    VALUES (p_tenant_id, p_effect_id, p_status_code, p_response, p_source,
+            p_external_id, v_effect.updated_at);
+    PERFORM append_effect_event(
+        p_tenant_id, p_effect_id, v_effect.version, p_kind, p_from, p_to, p_actor,
+        jsonb_build_object('status_code', p_status_code, 'source', p_source,
+                           'external_id', p_external_id) || p_details,
+        v_effect.updated_at);
+    RETURN NEXT v_effect;
+END
+$$;
+
+CREATE FUNCTION transition_effect(
+    p_tenant_id text, p_effect_id uuid, p_version bigint, p_from text, p_to text,
+    p_kind text, p_actor text, p_lease_owner text, p_lease interval,
+    p_due_in interval, p_error text, p_details jsonb, p_settle_within interval
+) RETURNS SETOF effects
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_now timestamptz := now();
+    v_effect effects;
+    v_prev bytea;
+BEGIN
+    UPDATE effects AS e SET
+        status = p_to,
+        version = e.version + 1,
+        lease_owner = p_lease_owner,
+        lease_expires_at = v_now + p_lease,
+        due_at = coalesce(v_now + p_lease, v_now + p_due_in),
+        settlement_deadline = coalesce(v_now + p_settle_within, e.settlement_deadline),
+        last_error = p_error,
+        updated_at = v_now
+    WHERE e.tenant_id = p_tenant_id AND e.effect_id = p_effect_id
+      AND e.version = p_version AND e.status = p_from
+    RETURNING e.* INTO v_effect;
+    IF NOT FOUND THEN
+        RETURN;
+    END IF;
+    SELECT digest INTO v_prev FROM effect_events
+        WHERE tenant_id = p_tenant_id AND effect_id = p_effect_id
+          AND seq = v_effect.version - 1;
+    INSERT INTO effect_events (tenant_id, effect_id, seq, kind, from_status, to_status,
+                               actor, details, occurred_at, prev_digest, digest)
+    VALUES (p_tenant_id, p_effect_id, v_effect.version, p_kind, p_from, p_to, p_actor,
+            p_details, v_effect.updated_at, v_prev,
+            effect_event_digest(v_prev, p_effect_id, v_effect.version, p_kind, p_from,
+                                p_to, p_actor, p_details, v_effect.updated_at));
+    RETURN NEXT v_effect;
+END
+$$;
+
+CREATE FUNCTION reschedule_effect(
+    p_tenant_id text, p_effect_id uuid, p_version bigint, p_status text,
+    p_delay interval, p_actor text, p_error text
+) RETURNS SETOF effects
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_now timestamptz := now();
+    v_effect effects;
+    v_prev bytea;
+    v_details jsonb := jsonb_build_object('delay_seconds', extract(epoch FROM p_delay));
+BEGIN
+    UPDATE effects AS e SET
+        version = e.version + 1,
+        lease_owner = NULL,
+        lease_expires_at = NULL,
+        due_at = v_now + p_delay,  -- NULL: nothing is due until an operator acts
+        last_error = coalesce(p_error, e.last_error),
+        updated_at = v_now
+    WHERE e.tenant_id = p_tenant_id AND e.effect_id = p_effect_id
+      AND e.version = p_version AND e.status = p_status
+    RETURNING e.* INTO v_effect;
+    IF NOT FOUND THEN
+        RETURN;
+    END IF;
+    SELECT digest INTO v_prev FROM effect_events
+        WHERE tenant_id = p_tenant_id AND effect_id = p_effect_id
+          AND seq = v_effect.version - 1;
+    INSERT INTO effect_events (tenant_id, effect_id, seq, kind, from_status, to_status,
+                               actor, details, occurred_at, prev_digest, digest)
+    VALUES (p_tenant_id, p_effect_id, v_effect.version, 'rescheduled', p_status,
+            p_status, p_actor, v_details, v_effect.updated_at, v_prev,
+            effect_event_digest(v_prev, p_effect_id, v_effect.version, 'rescheduled',
+                                p_status, p_status, p_actor, v_details,
+                                v_effect.updated_at));
+    RETURN NEXT v_effect;
+END
+$$;
+
+CREATE FUNCTION renew_lease_effect(
+    p_tenant_id text, p_effect_id uuid, p_version bigint, p_owner text,
+    p_lease interval
+) RETURNS SETOF effects
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_now timestamptz := now();
+    v_effect effects;
+    v_prev bytea;
+    v_details jsonb := jsonb_build_object('lease_seconds', extract(epoch FROM p_lease));
+BEGIN
+    UPDATE effects AS e SET
+        version = e.version + 1,
+        lease_expires_at = v_now + p_lease,
+        due_at = v_now + p_lease,
+        updated_at = v_now
+    WHERE e.tenant_id = p_tenant_id AND e.effect_id = p_effect_id
+      AND e.version = p_version AND e.status = 'dispatching'
+      AND e.lease_owner = p_owner
+    RETURNING e.* INTO v_effect;
+    IF NOT FOUND THEN
+        RETURN;
+    END IF;
+    SELECT digest INTO v_prev FROM effect_events
+        WHERE tenant_id = p_tenant_id AND effect_id = p_effect_id
+          AND seq = v_effect.version - 1;
+    INSERT INTO effect_events (tenant_id, effect_id, seq, kind, from_status, to_status,
+                               actor, details, occurred_at, prev_digest, digest)
+    VALUES (p_tenant_id, p_effect_id, v_effect.version, 'lease_renewed', 'dispatching',
+            'dispatching', p_owner, v_details, v_effect.updated_at, v_prev,
+            effect_event_digest(v_prev, p_effect_id, v_effect.version, 'lease_renewed',
+                                'dispatching', 'dispatching', p_owner, v_details,
+                                v_effect.updated_at));
+    RETURN NEXT v_effect;
+END
+$$;
