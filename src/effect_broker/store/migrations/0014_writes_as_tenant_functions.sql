@@ -12,7 +12,9 @@
 -- the same event chained the same way (start_attempt and record_receipt through
 -- append_effect_event; transition, reschedule and renew_lease inserting it chained to
 -- its predecessor, whose absence leaves the digest NULL for the NOT NULL to refuse).
--- A fenced write returns no row. One PostgreSQL keeps running the statements; the
+-- Times are computed into variables first: Citus refuses a COALESCE over a
+-- non-immutable expression (timestamptz + interval) in a distributed UPDATE. A fenced
+-- write returns no row. One PostgreSQL keeps running the statements; the
 -- store calls these only on a distributed ledger (store/sharding.py).
 
 CREATE FUNCTION start_attempt_effect(
@@ -22,6 +24,7 @@ CREATE FUNCTION start_attempt_effect(
 LANGUAGE plpgsql AS $$
 DECLARE
     v_now timestamptz := now();
+    v_retention_end timestamptz := v_now + p_key_retention;
     v_effect effects;
 BEGIN
     UPDATE effects AS e SET
@@ -32,7 +35,7 @@ BEGIN
         lease_expires_at = v_now + p_lease,
         due_at = v_now + p_lease,
         first_dispatched_at = coalesce(e.first_dispatched_at, v_now),
-        retention_deadline = coalesce(e.retention_deadline, v_now + p_key_retention),
+        retention_deadline = coalesce(e.retention_deadline, v_retention_end),
         settlement_deadline = v_now + p_settlement,
         last_error = NULL,
         updated_at = v_now
@@ -96,6 +99,9 @@ CREATE FUNCTION transition_effect(
 LANGUAGE plpgsql AS $$
 DECLARE
     v_now timestamptz := now();
+    v_lease_end timestamptz := v_now + p_lease;
+    v_due timestamptz := coalesce(v_now + p_lease, v_now + p_due_in);
+    v_settle_end timestamptz := v_now + p_settle_within;
     v_effect effects;
     v_prev bytea;
 BEGIN
@@ -103,9 +109,9 @@ BEGIN
         status = p_to,
         version = e.version + 1,
         lease_owner = p_lease_owner,
-        lease_expires_at = v_now + p_lease,
-        due_at = coalesce(v_now + p_lease, v_now + p_due_in),
-        settlement_deadline = coalesce(v_now + p_settle_within, e.settlement_deadline),
+        lease_expires_at = v_lease_end,
+        due_at = v_due,
+        settlement_deadline = coalesce(v_settle_end, e.settlement_deadline),
         last_error = p_error,
         updated_at = v_now
     WHERE e.tenant_id = p_tenant_id AND e.effect_id = p_effect_id
