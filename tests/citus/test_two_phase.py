@@ -51,6 +51,14 @@ class Watched:
         row = await self.conn.fetchrow(queries()[block], *args)
         return row, self.remote[start:]
 
+    async def rows(
+        self, block: str, *args: Any
+    ) -> tuple[list[asyncpg.Record], list[str]]:
+        """A block's rows, and the commands sent to workers while it ran."""
+        start = len(self.remote)
+        rows = await self.conn.fetch(queries()[block], *args)
+        return rows, self.remote[start:]
+
     async def prepared_here(self) -> int:
         """Rows of pg_dist_transaction for two-phase commits this backend started."""
         return int(
@@ -167,3 +175,56 @@ async def test_the_statement_it_replaces_commits_on_every_worker(
     assert row is not None
     assert _two_phase(remote) != []
     assert await store.verify_events(TENANT, started.effect_id) is None
+
+
+async def test_a_tenants_batch_commits_on_one_worker_its_chains_intact(
+    watched: tuple[Store, Watched],
+) -> None:
+    """Group commit's share of one tenant: start three effects and settle them, a
+    fourth request fenced, each batch one call on the tenant's worker."""
+    store, watcher = watched
+    effects = [
+        (await reserve(store, tenant_id=TENANT, operation_key=f"k{n}")).effect
+        for n in range(3)
+    ]
+    fenced = effects[0].version + 1
+    starts = [
+        [e.effect_id for e in effects] + [effects[0].effect_id],
+        [e.version for e in effects] + [fenced],
+        ["p"] * 4,
+        [LEASE] * 4,
+        [None] * 4,
+        [None] * 4,
+        ["prepared"] * 4,
+        [TENANT] * 4,
+    ]
+    rows, remote = await watcher.rows("start_attempt_batch_of_tenant", *starts, TENANT)
+    assert [row["batch_ord"] for row in rows] == [1, 2, 3]
+    assert any("start_attempts_of_tenant(" in command for command in remote), remote
+    assert _two_phase(remote) == []
+
+    settles = [
+        [e.effect_id for e in effects],
+        [row["version"] for row in rows],
+        ["dispatching"] * 3,
+        ["succeeded"] * 3,
+        ["settled"] * 3,
+        ["p"] * 3,
+        [201] * 3,
+        [b"sealed"] * 3,
+        ["response"] * 3,
+        [None] * 3,
+        ["{}"] * 3,
+        [TENANT] * 3,
+    ]
+    rows, remote = await watcher.rows("record_receipt_batch_of_tenant", *settles, TENANT)
+    assert [row["batch_ord"] for row in rows] == [1, 2, 3]
+    assert any("record_receipts_of_tenant(" in command for command in remote), remote
+    assert _two_phase(remote) == []
+    assert await watcher.prepared_here() == 0
+    for effect in effects:
+        settled = await store.get(TENANT, effect.effect_id)
+        assert settled.status is EffectStatus.SUCCEEDED
+        assert await store.verify_events(TENANT, effect.effect_id) is None
+        kinds = [event.kind for event in await store.events(TENANT, effect.effect_id)]
+        assert kinds == ["reserved", "dispatch", "settled"]

@@ -182,62 +182,11 @@ SELECT moved.batch_ord, moved.version, moved.attempts, moved.lease_expires_at,
 FROM moved;
 
 -- start_attempt_batch_of_tenant --
--- start_attempt_batch within tenant $9, on its shard; the statement appends the events.
-WITH v AS (
-    -- Every time the write stamps, computed per request first (see start_attempt).
-    SELECT v.*, now() AS at, now() + v.lease AS lease_end,
-           now() + v.key_retention AS retention_end, now() + v.settlement AS settle_end
-    FROM unnest(
-        $1::uuid[], $2::bigint[], $3::text[], $4::interval[], $5::interval[],
-        $6::interval[], $7::text[], $8::text[]
-    ) WITH ORDINALITY AS v (effect_id, version, owner, lease, key_retention, settlement,
-                            from_status, tenant_id, ord)
-    WHERE v.tenant_id = $9
-), moved AS (
-    UPDATE effects AS e SET
-        status = 'dispatching',
-        version = e.version + 1,
-        attempts = e.attempts + 1,
-        lease_owner = v.owner,
-        lease_expires_at = v.lease_end,
-        due_at = v.lease_end,
-        first_dispatched_at = coalesce(e.first_dispatched_at, v.at),
-        retention_deadline = coalesce(e.retention_deadline, v.retention_end),
-        settlement_deadline = v.settle_end,
-        last_error = NULL,
-        updated_at = v.at
-    FROM v
-    WHERE e.tenant_id = $9 AND e.effect_id = v.effect_id
-      AND e.version = v.version AND e.status = v.from_status
-    RETURNING e.tenant_id, e.effect_id, e.version, e.attempts, e.lease_owner,
-              e.lease_expires_at, e.due_at, e.first_dispatched_at, e.retention_deadline,
-              e.settlement_deadline, e.updated_at, v.ord AS batch_ord,
-              v.from_status AS batch_from
-), attempt AS (
-    INSERT INTO effect_attempts (tenant_id, effect_id, attempt_no, owner, started_at)
-    SELECT tenant_id, effect_id, attempts, lease_owner, updated_at FROM moved
-), chained AS (
-    -- Each new version's predecessor; a missing one leaves the digest NULL, which the
-    -- events' NOT NULL refuses (see claim_due_of_tenant).
-    SELECT moved.*, prev.digest AS prev_digest,
-           jsonb_build_object('attempt', moved.attempts) AS event_details
-    FROM moved
-    LEFT JOIN effect_events AS prev
-        ON prev.tenant_id = $9 AND prev.effect_id = moved.effect_id
-       AND prev.seq = moved.version - 1
-), event AS (
-    INSERT INTO effect_events (tenant_id, effect_id, seq, kind, from_status, to_status,
-                               actor, details, occurred_at, prev_digest, digest)
-    SELECT tenant_id, effect_id, version, 'dispatch', batch_from, 'dispatching',
-           lease_owner, event_details, updated_at, prev_digest,
-           effect_event_digest(prev_digest, effect_id, version, 'dispatch', batch_from,
-                               'dispatching', lease_owner, event_details, updated_at)
-    FROM chained
-)
--- Only what the write changed comes back; the caller holds the rest of the row.
-SELECT batch_ord, version, attempts, lease_expires_at, due_at, first_dispatched_at,
-       retention_deadline, settlement_deadline, updated_at, true AS event_written
-FROM moved;
+-- start_attempt_batch within tenant $9, as one call run whole on the tenant's shard.
+SELECT batch_ord, (effect).version, (effect).attempts, (effect).lease_expires_at,
+       (effect).due_at, (effect).first_dispatched_at, (effect).retention_deadline,
+       (effect).settlement_deadline, (effect).updated_at, true AS event_written
+FROM start_attempts_of_tenant($9, $1, $2, $3, $4, $5, $6, $7, $8);
 
 -- record_receipt_batch --
 -- record_receipt for many effects at once; an effect fenced by its version is missing.
@@ -285,62 +234,9 @@ SELECT moved.batch_ord, moved.version, moved.updated_at, append_effect_event(
 FROM moved;
 
 -- record_receipt_batch_of_tenant --
--- record_receipt_batch within tenant $13, on its shard; the statement appends the events.
-WITH v AS (
-    SELECT * FROM unnest(
-        $1::uuid[], $2::bigint[], $3::text[], $4::text[], $5::text[], $6::text[],
-        $7::integer[], $8::bytea[], $9::text[], $10::text[], $11::text[], $12::text[]
-    ) WITH ORDINALITY AS v (effect_id, version, from_status, to_status, kind, actor,
-                            status_code, ciphertext, source, external_id, details,
-                            tenant_id, ord)
-    WHERE v.tenant_id = $13
-), moved AS (
-    UPDATE effects AS e SET
-        status = v.to_status,
-        version = e.version + 1,
-        lease_owner = NULL,
-        lease_expires_at = NULL,
-        due_at = NULL,
-        last_error = NULL,
-        updated_at = now()
-    FROM v
-    WHERE e.tenant_id = $13 AND e.effect_id = v.effect_id
-      AND e.version = v.version AND e.status = v.from_status
-    RETURNING e.tenant_id, e.effect_id, e.version, e.status, e.updated_at,
-              v.ord AS batch_ord, v.from_status AS batch_from, v.kind AS batch_kind,
-              v.actor AS batch_actor, v.status_code AS batch_status_code,
-              v.ciphertext AS batch_ciphertext, v.source AS batch_source,
-              v.external_id AS batch_external_id, v.details AS batch_details
-), receipt AS (
-    INSERT INTO effect_receipts (tenant_id, effect_id, status_code, response_ciphertext,
-                                 source, external_id, recorded_at)
-    SELECT tenant_id, effect_id, batch_status_code, batch_ciphertext, batch_source,
-           batch_external_id, updated_at
-    FROM moved
-), chained AS (
-    -- Each new version's predecessor; a missing one leaves the digest NULL, which the
-    -- events' NOT NULL refuses (see claim_due_of_tenant).
-    SELECT moved.*, prev.digest AS prev_digest,
-           jsonb_build_object('status_code', moved.batch_status_code,
-                              'source', moved.batch_source,
-                              'external_id', moved.batch_external_id)
-               || moved.batch_details::jsonb AS event_details
-    FROM moved
-    LEFT JOIN effect_events AS prev
-        ON prev.tenant_id = $13 AND prev.effect_id = moved.effect_id
-       AND prev.seq = moved.version - 1
-), event AS (
-    INSERT INTO effect_events (tenant_id, effect_id, seq, kind, from_status, to_status,
-                               actor, details, occurred_at, prev_digest, digest)
-    SELECT tenant_id, effect_id, version, batch_kind, batch_from, status, batch_actor,
-           event_details, updated_at, prev_digest,
-           effect_event_digest(prev_digest, effect_id, version, batch_kind, batch_from,
-                               status, batch_actor, event_details, updated_at)
-    FROM chained
-)
--- Only what the write changed comes back; the caller holds the rest of the row.
-SELECT batch_ord, version, updated_at, true AS event_written
-FROM moved;
+-- record_receipt_batch within tenant $13, as one call run whole on the tenant's shard.
+SELECT batch_ord, (effect).version, (effect).updated_at, true AS event_written
+FROM record_receipts_of_tenant($13, $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12);
 
 -- transition --
 -- Compare-and-swap to a new status; set or drop the lease and the next wake-up time.

@@ -1,5 +1,6 @@
--- 0014: the one-row writes after reserve as functions taking the tenant, so a ledger
--- sharded by tenant can run each of them whole on the tenant's shard.
+-- 0014: the one-row writes after reserve, and group commit's shares of one tenant, as
+-- functions taking the tenant, so a ledger sharded by tenant can run each of them
+-- whole on the tenant's shard.
 --
 -- On Citus a statement that inserts rows returned by another step of itself (the
 -- writes' UPDATE ... RETURNING, then INSERT INTO the events, attempts or receipts
@@ -205,5 +206,73 @@ BEGIN
                                 'dispatching', 'dispatching', p_owner, v_details,
                                 v_effect.updated_at));
     RETURN NEXT v_effect;
+END
+$$;
+
+-- The request path's batches within one tenant (group commit on a sharded ledger):
+-- each request of the tenant's share through the one-row function above, in the order
+-- of the batch, in one transaction; a fenced request has no row. The rows of other
+-- tenants are left out, as the batch statements within one tenant leave them out.
+CREATE FUNCTION start_attempts_of_tenant(
+    p_tenant_id text, p_effect_ids uuid[], p_versions bigint[], p_owners text[],
+    p_leases interval[], p_key_retentions interval[], p_settlements interval[],
+    p_from text[], p_tenant_ids text[]
+) RETURNS TABLE (batch_ord bigint, effect effects)
+LANGUAGE plpgsql AS $$
+DECLARE
+    v record;
+    v_effect effects;
+BEGIN
+    FOR v IN
+        SELECT * FROM unnest(p_effect_ids, p_versions, p_owners, p_leases,
+                             p_key_retentions, p_settlements, p_from, p_tenant_ids)
+            WITH ORDINALITY AS u (effect_id, version, owner, lease, key_retention,
+                                  settlement, from_status, tenant_id, ord)
+        WHERE u.tenant_id = p_tenant_id
+        ORDER BY u.ord
+    LOOP
+        SELECT * INTO v_effect FROM start_attempt_effect(
+            p_tenant_id, v.effect_id, v.version, v.owner, v.lease, v.key_retention,
+            v.settlement, v.from_status);
+        IF FOUND THEN
+            batch_ord := v.ord;
+            effect := v_effect;
+            RETURN NEXT;
+        END IF;
+    END LOOP;
+END
+$$;
+
+CREATE FUNCTION record_receipts_of_tenant(
+    p_tenant_id text, p_effect_ids uuid[], p_versions bigint[], p_from text[],
+    p_to text[], p_kinds text[], p_actors text[], p_status_codes integer[],
+    p_responses bytea[], p_sources text[], p_external_ids text[], p_details text[],
+    p_tenant_ids text[]
+) RETURNS TABLE (batch_ord bigint, effect effects)
+LANGUAGE plpgsql AS $$
+DECLARE
+    v record;
+    v_effect effects;
+BEGIN
+    FOR v IN
+        SELECT * FROM unnest(p_effect_ids, p_versions, p_from, p_to, p_kinds, p_actors,
+                             p_status_codes, p_responses, p_sources, p_external_ids,
+                             p_details, p_tenant_ids)
+            WITH ORDINALITY AS u (effect_id, version, from_status, to_status, kind,
+                                  actor, status_code, ciphertext, source, external_id,
+                                  details, tenant_id, ord)
+        WHERE u.tenant_id = p_tenant_id
+        ORDER BY u.ord
+    LOOP
+        SELECT * INTO v_effect FROM record_receipt_effect(
+            p_tenant_id, v.effect_id, v.version, v.from_status, v.to_status, v.kind,
+            v.actor, v.status_code, v.ciphertext, v.source, v.external_id,
+            v.details::jsonb);
+        IF FOUND THEN
+            batch_ord := v.ord;
+            effect := v_effect;
+            RETURN NEXT;
+        END IF;
+    END LOOP;
 END
 $$;
