@@ -228,3 +228,29 @@ async def test_a_tenants_batch_commits_on_one_worker_its_chains_intact(
         assert await store.verify_events(TENANT, effect.effect_id) is None
         kinds = [event.kind for event in await store.events(TENANT, effect.effect_id)]
         assert kinds == ["reserved", "dispatch", "settled"]
+
+
+async def test_a_tenants_claim_commits_on_one_worker_its_chain_intact(
+    watched: tuple[Store, Watched],
+) -> None:
+    store, watcher = watched
+    effect = (await reserve(store, tenant_id=TENANT)).effect
+    effect = await store.start_attempt(effect, owner="p", lease=LEASE)
+    effect = await store.transition(
+        effect,
+        EffectStatus.OUTCOME_UNKNOWN,
+        kind="timeout",
+        actor="p",
+        due_in=timedelta(0),
+    )
+    rows, remote = await watcher.rows("claim_due_of_tenant", 10, "r", LEASE, TENANT)
+    assert [(row["effect_id"], row["previous_owner"]) for row in rows] == [
+        (effect.effect_id, None)
+    ]
+    assert rows[0]["version"] == effect.version + 1
+    assert any("claim_due_effects_of_tenant(" in command for command in remote), remote
+    assert _two_phase(remote) == []
+    assert await watcher.prepared_here() == 0
+    assert await store.verify_events(TENANT, effect.effect_id) is None
+    kinds = [event.kind for event in await store.events(TENANT, effect.effect_id)]
+    assert kinds == ["reserved", "dispatch", "timeout", "claimed"]

@@ -260,7 +260,7 @@ WITH clock AS (
     RETURNING e.*
 ), chained AS (
     -- The new version's predecessor event; a missing one leaves the digest NULL, which
-    -- the events' NOT NULL refuses (see claim_due_of_tenant).
+    -- the events' NOT NULL refuses, so a chain never restarts silently.
     SELECT moved.*, prev.digest AS prev_digest, $11::jsonb AS event_details
     FROM moved
     LEFT JOIN effect_events AS prev
@@ -329,7 +329,7 @@ WITH moved AS (
     RETURNING effects.*
 ), chained AS (
     -- The new version's predecessor event; a missing one leaves the digest NULL, which
-    -- the events' NOT NULL refuses (see claim_due_of_tenant).
+    -- the events' NOT NULL refuses, so a chain never restarts silently.
     SELECT moved.*, prev.digest AS prev_digest,
            jsonb_build_object('delay_seconds', extract(epoch FROM $4::interval))
                AS event_details
@@ -367,7 +367,7 @@ WITH moved AS (
     RETURNING effects.*
 ), chained AS (
     -- The new version's predecessor event; a missing one leaves the digest NULL, which
-    -- the events' NOT NULL refuses (see claim_due_of_tenant).
+    -- the events' NOT NULL refuses, so a chain never restarts silently.
     SELECT moved.*, prev.digest AS prev_digest,
            jsonb_build_object('lease_seconds', extract(epoch FROM $4::interval))
                AS event_details
@@ -406,42 +406,9 @@ ORDER BY min(due_at), tenant_id
 LIMIT $1;
 
 -- claim_due_of_tenant --
--- claim_due within tenant $4, on its shard; the statement appends the events itself.
-WITH due AS (
-    SELECT tenant_id, effect_id, lease_owner AS previous_owner FROM effects
-    WHERE tenant_id = $4 AND due_at <= now()
-    ORDER BY due_at
-    LIMIT $1
-    FOR UPDATE SKIP LOCKED
-), claimed AS (
-    UPDATE effects e SET
-        version = e.version + 1,
-        lease_owner = $2,
-        lease_expires_at = now() + $3::interval,
-        due_at = now() + $3::interval,
-        updated_at = now()
-    FROM due
-    WHERE e.tenant_id = $4 AND e.effect_id = due.effect_id
-    RETURNING e.*, due.previous_owner
-), chained AS (
-    -- Each claimed version's predecessor; a missing one leaves the digest NULL, which
-    -- the events' NOT NULL refuses, so a chain never restarts silently.
-    SELECT claimed.*, prev.digest AS prev_digest,
-           jsonb_build_object('previous_owner', claimed.previous_owner) AS event_details
-    FROM claimed
-    LEFT JOIN effect_events AS prev
-        ON prev.tenant_id = $4 AND prev.effect_id = claimed.effect_id
-       AND prev.seq = claimed.version - 1
-), event AS (
-    INSERT INTO effect_events (tenant_id, effect_id, seq, kind, from_status, to_status,
-                               actor, details, occurred_at, prev_digest, digest)
-    SELECT tenant_id, effect_id, version, 'claimed', status, status, $2, event_details,
-           updated_at, prev_digest,
-           effect_event_digest(prev_digest, effect_id, version, 'claimed', status,
-                               status, $2, event_details, updated_at)
-    FROM chained
-)
-SELECT claimed.*, true AS event_written FROM claimed;
+-- claim_due within tenant $4, as one call run whole on the tenant's shard.
+SELECT (effect).*, previous_owner, true AS event_written
+FROM claim_due_effects_of_tenant($4, $1, $2, $3);
 
 -- prune_settled --
 -- Delete up to $3 settled effects, whole, past their contract's ledger retention.

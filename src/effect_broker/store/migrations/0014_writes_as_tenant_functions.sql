@@ -276,3 +276,52 @@ BEGIN
     END LOOP;
 END
 $$;
+
+-- The reconciler's claim within one tenant, as claim_due_of_tenant did it: the
+-- tenant's earliest due effects, locked and skipped as before, each updated by its key
+-- and its event chained to its predecessor (a missing one leaves the digest NULL).
+CREATE FUNCTION claim_due_effects_of_tenant(
+    p_tenant_id text, p_limit integer, p_owner text, p_lease interval
+) RETURNS TABLE (effect effects, previous_owner text)
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_due record;
+    v_now timestamptz := now();
+    v_effect effects;
+    v_prev bytea;
+    v_details jsonb;
+BEGIN
+    FOR v_due IN
+        SELECT e.effect_id, e.lease_owner FROM effects AS e
+        WHERE e.tenant_id = p_tenant_id AND e.due_at <= v_now
+        ORDER BY e.due_at
+        LIMIT p_limit
+        FOR UPDATE SKIP LOCKED
+    LOOP
+        UPDATE effects AS e SET
+            version = e.version + 1,
+            lease_owner = p_owner,
+            lease_expires_at = v_now + p_lease,
+            due_at = v_now + p_lease,
+            updated_at = v_now
+        WHERE e.tenant_id = p_tenant_id AND e.effect_id = v_due.effect_id
+        RETURNING e.* INTO v_effect;
+        SELECT digest INTO v_prev FROM effect_events
+            WHERE tenant_id = p_tenant_id AND effect_id = v_effect.effect_id
+              AND seq = v_effect.version - 1;
+        v_details := jsonb_build_object('previous_owner', v_due.lease_owner);
+        INSERT INTO effect_events (tenant_id, effect_id, seq, kind, from_status,
+                                   to_status, actor, details, occurred_at, prev_digest,
+                                   digest)
+        VALUES (p_tenant_id, v_effect.effect_id, v_effect.version, 'claimed',
+                v_effect.status, v_effect.status, p_owner, v_details,
+                v_effect.updated_at, v_prev,
+                effect_event_digest(v_prev, v_effect.effect_id, v_effect.version,
+                                    'claimed', v_effect.status, v_effect.status,
+                                    p_owner, v_details, v_effect.updated_at));
+        effect := v_effect;
+        previous_owner := v_due.lease_owner;
+        RETURN NEXT;
+    END LOOP;
+END
+$$;
