@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from datetime import timedelta
 from typing import Any
-from uuid import UUID
+from uuid import UUID, uuid4
 
 import asyncpg
 import pytest
@@ -254,3 +254,45 @@ async def test_a_tenants_claim_commits_on_one_worker_its_chain_intact(
     assert await store.verify_events(TENANT, effect.effect_id) is None
     kinds = [event.kind for event in await store.events(TENANT, effect.effect_id)]
     assert kinds == ["reserved", "dispatch", "timeout", "claimed"]
+
+
+async def test_a_tenants_reservations_commit_on_one_worker(
+    watched: tuple[Store, Watched],
+) -> None:
+    """Group commit's share of reservations: two new keys (one started at once) and
+    one taken already, one call on the tenant's worker."""
+    store, watcher = watched
+    taken = (await reserve(store, tenant_id=TENANT, operation_key="taken")).effect
+    keys = ["new-a", "new-b", "taken"]
+    columns = [
+        [uuid4() for _ in keys],
+        [TENANT] * 3,
+        keys,
+        [taken.request_hash] * 3,
+        [taken.route] * 3,
+        [taken.contract_name] * 3,
+        [taken.contract_version] * 3,
+        [taken.safety.value] * 3,
+        [taken.downstream_key] * 3,
+        [None] * 3,
+        ["{}"] * 3,
+        ["p"] * 3,
+        [LEASE] * 3,
+        [True, False, False],
+        [timedelta(hours=1)] * 3,
+        [None] * 3,
+    ]
+    rows, remote = await watcher.rows("reserve_batch_of_tenant", *columns, TENANT)
+    by_ord = {row["ord"]: row for row in rows}
+    assert sorted(by_ord) == [1, 2, 3]
+    assert [by_ord[n]["created"] for n in (1, 2, 3)] == [True, True, False]
+    assert by_ord[1]["status"] == "dispatching"
+    assert by_ord[3]["effect_id"] == taken.effect_id
+    assert any("reserve_effects_of_tenant(" in command for command in remote), remote
+    assert _two_phase(remote) == []
+    assert await watcher.prepared_here() == 0
+    for n in (1, 2):
+        effect_id = by_ord[n]["effect_id"]
+        assert await store.verify_events(TENANT, effect_id) is None
+    started = await store.events(TENANT, by_ord[1]["effect_id"])
+    assert [event.kind for event in started] == ["reserved", "dispatch"]

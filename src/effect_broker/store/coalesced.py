@@ -15,10 +15,11 @@ nothing goes upstream, and no answer goes back, before the write is durable.
 On one PostgreSQL a batch is one statement whatever its tenants. On a ledger sharded by
 tenant (``store/sharding.py``) a statement spanning tenants would span shards, which
 Citus commits with two-phase commit; there each batch is split by tenant and each
-tenant's share is one ``<statement>_of_tenant`` statement filtered by that tenant, so
-it runs on the tenant's shard alone (a share of one request takes the one-row
-statement). The shares of a batch touch disjoint rows, so they are written at once,
-each on a pool connection of its own.
+tenant's share is one ``<statement>_of_tenant`` statement: a call of a function
+distributed by tenant (migration 0014), so it runs and commits on the tenant's shard
+alone, without two-phase commit (a share of one request takes the one-row write).
+The shares of a batch touch disjoint rows, so they are written at once, each on a pool
+connection of its own.
 """
 
 from __future__ import annotations
@@ -114,9 +115,9 @@ class CoalescedWrites(Sharding):
     ) -> Sequence[Reservation | BaseException]:
         """One statement for the batch: across tenants, or (``tenant``) within one.
 
-        Within one tenant the statement reads back the keys it did not create with
-        its own snapshot, which cannot see a key another transaction created after the
-        statement began; such a request gets the one-row statement, which sees it."""
+        Within one tenant the statement is one call that reserves each key through
+        ``reserve_effect``, so every request has its row; should one be missing, that
+        request gets the one-row statement."""
         columns = _columns(_reserve_arguments(r) for r in batch)
         via: Runner = self._reserving if tenant is None else self._pool
 

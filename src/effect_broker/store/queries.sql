@@ -60,81 +60,11 @@ FROM reserve_effects(
 );
 
 -- reserve_batch_of_tenant --
--- reserve_batch within tenant $17, on its shard; a key taken meanwhile is missing.
-WITH v AS (
-    -- Every time the write stamps, computed first (see start_attempt).
-    SELECT v.*, now() AS at
-    FROM unnest(
-        $1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[],
-        $7::text[], $8::text[], $9::text[], $10::bytea[], $11::text[], $12::text[],
-        $13::interval[], $14::boolean[], $15::interval[], $16::interval[]
-    ) WITH ORDINALITY AS v (effect_id, tenant_id, operation_key, request_hash, route,
-                            contract_name, contract_version, safety, downstream_key,
-                            request_ciphertext, request_preview, lease_owner, lease,
-                            dispatch, key_retention, settlement, ord)
-    WHERE v.tenant_id = $17
-), ins AS (
-    INSERT INTO effects (
-        effect_id, tenant_id, operation_key, request_hash, route, contract_name,
-        contract_version, safety, downstream_key, status, version, attempts,
-        request_ciphertext, request_preview, lease_owner, lease_expires_at, due_at,
-        first_dispatched_at, retention_deadline, settlement_deadline, created_at,
-        updated_at
-    )
-    SELECT effect_id, $17, operation_key, request_hash, route, contract_name,
-        contract_version, safety, downstream_key,
-        CASE WHEN dispatch THEN 'dispatching' ELSE 'prepared' END,
-        CASE WHEN dispatch THEN 2 ELSE 1 END,
-        CASE WHEN dispatch THEN 1 ELSE 0 END,
-        request_ciphertext, request_preview::jsonb, lease_owner, at + lease, at + lease,
-        CASE WHEN dispatch THEN at END,
-        CASE WHEN dispatch THEN at + key_retention END,
-        CASE WHEN dispatch THEN at + settlement END,
-        at, at
-    FROM v
-    ORDER BY operation_key  -- one lock order for every batch
-    ON CONFLICT ON CONSTRAINT effects_tenant_operation_key DO NOTHING
-    RETURNING *
-), first AS (
-    SELECT ins.tenant_id, ins.effect_id, ins.status, ins.lease_owner,
-           ins.created_at AS at, d.details,
-           effect_event_digest('\x'::bytea, ins.effect_id, 1, 'reserved', NULL,
-                               'prepared', ins.lease_owner, d.details, ins.created_at)
-               AS digest
-    FROM ins, LATERAL (
-        SELECT jsonb_build_object(
-            'route', ins.route,
-            'contract', ins.contract_name || '@' || ins.contract_version) AS details
-    ) AS d
-), events AS (
-    INSERT INTO effect_events (tenant_id, effect_id, seq, kind, from_status, to_status,
-                               actor, details, occurred_at, prev_digest, digest)
-    SELECT tenant_id, effect_id, 1, 'reserved', NULL, 'prepared', lease_owner, details,
-           at, '\x'::bytea, digest
-    FROM first
-    UNION ALL
-    SELECT tenant_id, effect_id, 2, 'dispatch', 'prepared', 'dispatching', lease_owner,
-           '{"attempt": 1}'::jsonb, at, digest,
-           effect_event_digest(digest, effect_id, 2, 'dispatch', 'prepared',
-                               'dispatching', lease_owner, '{"attempt": 1}'::jsonb, at)
-    FROM first WHERE status = 'dispatching'
-), attempts AS (
-    INSERT INTO effect_attempts (tenant_id, effect_id, attempt_no, owner, started_at)
-    SELECT tenant_id, effect_id, 1, lease_owner, created_at
-    FROM ins WHERE status = 'dispatching'
-)
--- The created rows as inserted, then the keys that were there already: read with the
--- statement's snapshot (a distributed engine may read after the insert, hence the
--- NOT EXISTS), which misses a key created concurrently: that request is left out.
-SELECT v.ord, true AS created, ins.*, NULL::effect_receipts AS receipt,
-       now() AS observed_at
-FROM ins JOIN v ON v.operation_key = ins.operation_key
-UNION ALL
-SELECT v.ord, false, e.*, r, now()
-FROM v
-JOIN effects AS e ON e.tenant_id = $17 AND e.operation_key = v.operation_key
-LEFT JOIN effect_receipts AS r ON r.tenant_id = $17 AND r.effect_id = e.effect_id
-WHERE NOT EXISTS (SELECT 1 FROM ins WHERE ins.operation_key = v.operation_key);
+-- reserve_batch within tenant $17, as one call run whole on the tenant's shard.
+SELECT ord, created, (effect).*, receipt, now() AS observed_at
+FROM reserve_effects_of_tenant(
+    $17, $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16
+);
 
 -- start_attempt_batch --
 -- start_attempt for many effects at once; an effect fenced by its version is missing.

@@ -325,3 +325,43 @@ BEGIN
     END LOOP;
 END
 $$;
+
+-- Group commit's share of reservations within one tenant: each request through
+-- reserve_effect, in the order of the keys (one lock order for every batch, as the
+-- batch statements take), one row back per request: created, or the key's effect and
+-- receipt as they are, a key created concurrently included.
+CREATE FUNCTION reserve_effects_of_tenant(
+    p_tenant_id text, p_effect_ids uuid[], p_tenant_ids text[], p_operation_keys text[],
+    p_request_hashes text[], p_routes text[], p_contract_names text[],
+    p_contract_versions text[], p_safeties text[], p_downstream_keys text[],
+    p_request_ciphertexts bytea[], p_request_previews text[], p_lease_owners text[],
+    p_leases interval[], p_dispatch boolean[], p_key_retentions interval[],
+    p_settlements interval[]
+) RETURNS TABLE (ord bigint, created boolean, effect effects, receipt effect_receipts)
+LANGUAGE plpgsql AS $$
+DECLARE
+    v record;
+BEGIN
+    FOR v IN
+        SELECT * FROM unnest(
+            p_effect_ids, p_tenant_ids, p_operation_keys, p_request_hashes, p_routes,
+            p_contract_names, p_contract_versions, p_safeties, p_downstream_keys,
+            p_request_ciphertexts, p_request_previews, p_lease_owners, p_leases,
+            p_dispatch, p_key_retentions, p_settlements
+        ) WITH ORDINALITY AS u (effect_id, tenant_id, operation_key, request_hash, route,
+                                contract_name, contract_version, safety, downstream_key,
+                                request_ciphertext, request_preview, lease_owner, lease,
+                                dispatch, key_retention, settlement, ord)
+        WHERE u.tenant_id = p_tenant_id
+        ORDER BY u.operation_key
+    LOOP
+        RETURN QUERY
+        SELECT v.ord, r.created, r.effect, r.receipt
+        FROM reserve_effect(
+            v.effect_id, p_tenant_id, v.operation_key, v.request_hash, v.route,
+            v.contract_name, v.contract_version, v.safety, v.downstream_key,
+            v.request_ciphertext, v.request_preview::jsonb, v.lease_owner, v.lease,
+            v.dispatch, v.key_retention, v.settlement) AS r;
+    END LOOP;
+END
+$$;
