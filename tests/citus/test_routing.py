@@ -10,8 +10,9 @@ the coordinator, its event chained, on one shard as well.
 (Two-phase commit is not what these count: a write whose statement inserts from a
 data-modifying CTE runs as several single-shard steps, and Citus copies the
 intermediate results of such an INSERT ... SELECT to every worker, which makes each
-worker a participant of the commit. Only a function distributed by tenant, as
-``reserve_effect`` is, runs whole on the tenant's worker; docs/how-to/citus.md.)
+worker a participant of the commit. On the cluster each write is therefore a call of
+a function distributed by tenant, which runs whole on the tenant's worker;
+``test_two_phase.py`` checks that, and docs/how-to/citus.md says what it costs.)
 """
 
 from __future__ import annotations
