@@ -4,6 +4,8 @@ The server is ``EFFECT_BROKER_TEST_DATABASE_URL`` when set, else an embedded Pos
 in a folder of this run's own (or a container, asked for explicitly): see
 tests/database.py. A template database is migrated once; each test clones it with
 ``CREATE DATABASE ... TEMPLATE``, which costs milliseconds and isolates every test.
+The suite runs in parallel processes (pytest-xdist), each with its own of all that:
+tests/parallel.py.
 """
 
 from __future__ import annotations
@@ -22,6 +24,9 @@ from effect_broker.store.migrations import apply_migrations
 from tests import citus_support as citus
 from tests.citus_support import citus_url
 from tests.database import connect_admin, session_server, with_database
+from tests.parallel import pytest_report_to_serializable as pytest_report_to_serializable
+from tests.parallel import pytest_sessionfinish as pytest_sessionfinish
+from tests.parallel import pytest_testnodedown as pytest_testnodedown
 
 INTEGRATION_DIR = Path(__file__).parent / "integration"
 

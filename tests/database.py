@@ -32,6 +32,7 @@ import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import NoReturn
 from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
@@ -59,9 +60,19 @@ OWNER_LOCK = "owner.lock"
 #: A folder this old whose lock nobody holds belongs to a run that died.
 SWEEP_AFTER_SECONDS = 60.0
 
+#: Why this process stopped its session, and with which exit status: a worker of a
+#: parallel run passes it on to the controller (tests/parallel.py).
+stopped_because: list[tuple[str, int]] = []
+
 # Each server this run uses, by DSN: what to call it, and its data folder if this run
 # made one, for the message if it dies.
 _started: dict[str, tuple[str, Path | None]] = {}
+
+
+def stop_session(message: str, returncode: int) -> NoReturn:
+    """End the whole session (every worker of a parallel run) with ``message``."""
+    stopped_because.append((message, int(returncode)))
+    pytest.exit(message, returncode=returncode)
 
 
 def with_database(dsn: str, database: str) -> str:
@@ -80,10 +91,10 @@ def session_server() -> Iterator[str]:
         return
     source = os.environ.get(SOURCE_VARIABLE, "").strip().lower() or "embedded"
     if source not in SOURCES:
-        pytest.exit(
+        stop_session(
             f"{SOURCE_VARIABLE}={source!r} is not a test database source: use "
             f"'embedded' (the default) or 'testcontainers', or set {URL_VARIABLE}",
-            returncode=pytest.ExitCode.USAGE_ERROR,
+            pytest.ExitCode.USAGE_ERROR,
         )
     server = embedded_server() if source == "embedded" else container_server()
     with server as dsn:
@@ -267,5 +278,5 @@ async def connect_admin(dsn: str, *, grace: float = GRACE_SECONDS) -> asyncpg.Co
             attempt, within=grace, every=0.2, what="the test server"
         )
     except AssertionError:
-        pytest.exit(server_gone_message(dsn, failures[-1], grace), returncode=SERVER_GONE)
+        stop_session(server_gone_message(dsn, failures[-1], grace), SERVER_GONE)
     return connection

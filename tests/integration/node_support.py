@@ -2,14 +2,24 @@
 pinned Node versions in tests/node/versions, each installed with ``npm ci`` on first
 use. A machine without node or npm skips those tests, saying which is missing.
 
+The installs land in the checkout, shared by every pytest process there (the suite's
+parallel workers among them): each ``npm ci`` runs under an exclusive lock on its
+folder, and the wanted file is looked for under that lock, so a process never starts
+an install (which first deletes node_modules) beside another's, nor takes a half-made
+install for a finished one.
+
 Shared by the HTTPS client tests and the MCP conformance suite, so it lives in a
 support module rather than in either test module.
 """
 
 from __future__ import annotations
 
+import fcntl
+import os
 import shutil
 import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -22,9 +32,27 @@ NODE_BINARIES = {
 }
 
 
+@contextmanager
+def _locked(folder: Path) -> Iterator[None]:
+    """Hold an exclusive lock on ``folder`` (on the directory itself: no lock file
+    in the checkout); the kernel drops it if this process dies."""
+    descriptor = os.open(folder, os.O_RDONLY)
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(descriptor)
+
+
 def npm_ci(folder: Path, wanted: Path, what: str, *, timeout: float = 600) -> None:
     """``npm ci`` in ``folder`` unless ``wanted`` is there already; the test skips,
-    saying why in one line, when npm, its registry or the install is missing."""
+    saying why in one line, when npm, its registry or the install is missing. Another
+    process installing there is waited for."""
+    with _locked(folder):
+        _npm_ci_unlocked(folder, wanted, what, timeout)
+
+
+def _npm_ci_unlocked(folder: Path, wanted: Path, what: str, timeout: float) -> None:
     if wanted.exists():
         return
     npm = shutil.which("npm")

@@ -1,5 +1,6 @@
-"""The tests' own database source: a dead server stops the session with one message,
-and the container source is explicit and skips cleanly where Docker is absent."""
+"""The tests' own database source: a dead server stops the session with one message
+(every worker of a parallel run), and the container source is explicit and skips
+cleanly where Docker is absent."""
 
 from __future__ import annotations
 
@@ -13,6 +14,13 @@ import pytest
 
 from tests import database
 from tests.integration.proxy_support import closed_port
+from tests.support import ROOT
+
+
+@pytest.fixture(autouse=True)
+def _own_record(monkeypatch: pytest.MonkeyPatch) -> None:
+    """These tests stop sessions on purpose and catch it: never this one's record."""
+    monkeypatch.setattr(database, "stopped_because", [])
 
 
 async def test_a_server_that_refuses_connections_stops_the_session_once() -> None:
@@ -32,6 +40,52 @@ async def test_a_server_that_refuses_connections_stops_the_session_once() -> Non
     assert "ConnectionRefusedError" in message
     assert "the session stops here" in message
     assert "Its data folder /nonexistent/data is gone" in message
+    assert database.stopped_because == [(message, database.SERVER_GONE)]
+
+
+WORKER_STOPS = """
+from tests import database
+
+def test_the_server_dies():
+    database.stop_session("the test server went away", database.SERVER_GONE)
+"""
+
+
+def test_a_worker_whose_server_dies_stops_the_parallel_run_with_its_status(
+    tmp_path: Path,
+) -> None:
+    """Under pytest-xdist the worker's exit status and message reach the controller,
+    which stops the other workers: the run ends with 7, as a serial one does."""
+    (tmp_path / "pytest.ini").write_text("[pytest]\n")
+    (tmp_path / "conftest.py").write_text(
+        "from tests.parallel import pytest_sessionfinish, pytest_testnodedown\n"
+    )
+    (tmp_path / "test_dies.py").write_text(WORKER_STOPS)
+    for name in "abcdef":  # modules left for the workers when the server dies
+        (tmp_path / f"test_{name}.py").write_text("def test_fine():\n    pass\n")
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-n",
+            "2",
+            "--dist",
+            "loadfile",
+            "-p",
+            "no:cacheprovider",
+        ],
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    output = done.stdout + done.stderr
+    assert done.returncode == database.SERVER_GONE, output
+    assert "the test server went away" in output
+    assert "INTERNALERROR" not in output
 
 
 async def test_a_live_server_gives_a_connection(server_dsn: str) -> None:
@@ -62,6 +116,7 @@ def test_an_unknown_source_is_refused_by_name(monkeypatch: pytest.MonkeyPatch) -
         pytest.fail("an unknown source gave a server")
 
     assert "'sqlite' is not a test database source" in str(stopped.value.msg)
+    assert [code for _, code in database.stopped_because] == [pytest.ExitCode.USAGE_ERROR]
 
 
 def _home(root: Path, name: str, *, age: float = 120.0) -> Path:

@@ -35,7 +35,12 @@ from effect_broker.config.settings import Settings
 from effect_broker.errors import EffectBrokerError
 from effect_broker.runtime import upstream_tls_from
 
-console = Console(soft_wrap=True, highlight=False, emoji=False)  # no :AB: emoji
+
+def _console() -> Console:
+    """A console made when the command runs, so its table fits the terminal (or
+    ``COLUMNS``) of that run; one made at import kept the width of whatever imported
+    the module first (another command, in a process that runs several)."""
+    return Console(soft_wrap=True, highlight=False, emoji=False)  # no :AB: emoji
 
 
 async def diagnose(settings: Settings) -> list[Finding]:
@@ -113,6 +118,7 @@ def doctor(
     ] = None,
 ) -> None:
     """Check routes, secrets, master key, database, migrations, clock, CA, upstreams."""
+    console = _console()
     settings = settings_from(routes=routes, database_url=database_url, data_dir=data_dir)
     used: list[Path] = []
     asked = routes is not None or bool(os.environ.get("EFFECT_BROKER_ROUTES"))
