@@ -44,6 +44,17 @@ if os.environ.get("EFFECT_BROKER_EVENT_LOOP", "").strip().lower() == "uvloop":
         return {"uvloop": uvloop.new_event_loop}
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """The opt-in Citus run is one process: its ledgers are databases made on every
+    node of one cluster, and parallel workers making and dropping theirs at once break
+    each other's connections between the nodes."""
+    if citus_url() is not None and (config.getoption("numprocesses", None) or 0) > 0:
+        raise pytest.UsageError(
+            f"{citus.CITUS_VARIABLE} is set: run the Citus suite in one process, with "
+            "-n 0 (parallel workers share one cluster and break each other's ledgers)"
+        )
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if INTEGRATION_DIR in Path(str(item.path)).parents:
