@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 from prometheus_client import (
     CollectorRegistry,
@@ -31,6 +32,14 @@ MULTIPROCESS_DIR = "PROMETHEUS_MULTIPROC_DIR"
 def multiprocess_dir() -> str | None:
     """The directory workers share their metrics through, when there is one."""
     return os.environ.get(MULTIPROCESS_DIR) or None
+
+
+@dataclass(frozen=True, slots=True)
+class RouteMetrics:
+    """The series a request on one route touches every time (``Metrics.of_route``)."""
+
+    overhead: Histogram
+    replays: Counter
 
 
 class Metrics:
@@ -131,6 +140,18 @@ class Metrics:
             buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0),
             registry=self.registry,
         )
+        # Routes come from the routes file: a handful, never a client's choice.
+        self._routes: dict[str, RouteMetrics] = {}
+
+    def of_route(self, route: str) -> RouteMetrics:
+        """The per-request series of ``route``, looked up once: ``labels()`` validates
+        and locks on every call, and every request counts its route's."""
+        found = self._routes.get(route)
+        if found is None:
+            found = self._routes[route] = RouteMetrics(
+                overhead=self.overhead.labels(route), replays=self.replays.labels(route)
+            )
+        return found
 
     def exposition(self) -> bytes:
         """The Prometheus text of ``/metrics``: this process's, or every worker's."""

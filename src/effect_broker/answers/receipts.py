@@ -117,7 +117,7 @@ def noted(
     """``outcome`` on ``route``, counted, and kept in the cache if it is a replay (so
     the next retry of it is answered from memory; one answered from there already is)."""
     if isinstance(outcome, Replayed):
-        metrics.replays.labels(route.name).inc()
+        metrics.of_route(route.name).replays.inc()
         if not receipts.holds(outcome.effect):
             receipts.put(
                 SettledReplay(

@@ -127,7 +127,7 @@ class EffectRequest:
                 return await self._handle()
             return await self._handle_in_span()
         finally:
-            self.state.metrics.overhead.labels(self.route.name).observe(
+            self.state.metrics.of_route(self.route.name).overhead.observe(
                 time.perf_counter() - started - self.upstream_seconds
             )
 

@@ -49,13 +49,15 @@ def upgrade_offer(request: web.BaseRequest) -> str | None:
     Only a ``Connection`` that names ``upgrade`` makes an ``Upgrade`` header an offer
     (RFC 9110 7.8).
     """
+    offer = request.headers.get("Upgrade")
+    if not offer:  # almost every request: no need to read Connection at all
+        return None
     tokens = {
         token.strip().lower()
         for value in request.headers.getall("Connection", [])
         for token in value.split(",")
     }
-    offer = request.headers.get("Upgrade")
-    if "upgrade" not in tokens or not offer:
+    if "upgrade" not in tokens:
         return None
     return offer.split(",")[0].strip().lower() or None
 
