@@ -10,9 +10,9 @@
 -- with p_tenant_id, co-located with effects) runs on the tenant's worker alone, as
 -- reserve_effect does. Each function does exactly what its block in queries.sql does:
 -- the same compare-and-swap on version and status, the same columns and times, and
--- the same event chained the same way (start_attempt and record_receipt through
--- append_effect_event; transition, reschedule and renew_lease inserting it chained to
--- its predecessor, whose absence leaves the digest NULL for the NOT NULL to refuse).
+-- the same event with the same digest, chained through append_effect_event (which a
+-- function may call where a statement on Citus may not; a missing predecessor is
+-- refused there, as the statements' NOT NULL digest refuses it).
 -- Times are computed into variables first: Citus refuses a COALESCE over a
 -- non-immutable expression (timestamptz + interval) in a distributed UPDATE. A fenced
 -- write returns no row. One PostgreSQL keeps running the statements; the
@@ -104,7 +104,6 @@ DECLARE
     v_due timestamptz := coalesce(v_now + p_lease, v_now + p_due_in);
     v_settle_end timestamptz := v_now + p_settle_within;
     v_effect effects;
-    v_prev bytea;
 BEGIN
     UPDATE effects AS e SET
         status = p_to,
@@ -121,15 +120,9 @@ BEGIN
     IF NOT FOUND THEN
         RETURN;
     END IF;
-    SELECT digest INTO v_prev FROM effect_events
-        WHERE tenant_id = p_tenant_id AND effect_id = p_effect_id
-          AND seq = v_effect.version - 1;
-    INSERT INTO effect_events (tenant_id, effect_id, seq, kind, from_status, to_status,
-                               actor, details, occurred_at, prev_digest, digest)
-    VALUES (p_tenant_id, p_effect_id, v_effect.version, p_kind, p_from, p_to, p_actor,
-            p_details, v_effect.updated_at, v_prev,
-            effect_event_digest(v_prev, p_effect_id, v_effect.version, p_kind, p_from,
-                                p_to, p_actor, p_details, v_effect.updated_at));
+    PERFORM append_effect_event(
+        p_tenant_id, p_effect_id, v_effect.version, p_kind, p_from, p_to, p_actor,
+        p_details, v_effect.updated_at);
     RETURN NEXT v_effect;
 END
 $$;
@@ -142,7 +135,6 @@ LANGUAGE plpgsql AS $$
 DECLARE
     v_now timestamptz := now();
     v_effect effects;
-    v_prev bytea;
     v_details jsonb := jsonb_build_object('delay_seconds', extract(epoch FROM p_delay));
 BEGIN
     UPDATE effects AS e SET
@@ -158,16 +150,9 @@ BEGIN
     IF NOT FOUND THEN
         RETURN;
     END IF;
-    SELECT digest INTO v_prev FROM effect_events
-        WHERE tenant_id = p_tenant_id AND effect_id = p_effect_id
-          AND seq = v_effect.version - 1;
-    INSERT INTO effect_events (tenant_id, effect_id, seq, kind, from_status, to_status,
-                               actor, details, occurred_at, prev_digest, digest)
-    VALUES (p_tenant_id, p_effect_id, v_effect.version, 'rescheduled', p_status,
-            p_status, p_actor, v_details, v_effect.updated_at, v_prev,
-            effect_event_digest(v_prev, p_effect_id, v_effect.version, 'rescheduled',
-                                p_status, p_status, p_actor, v_details,
-                                v_effect.updated_at));
+    PERFORM append_effect_event(
+        p_tenant_id, p_effect_id, v_effect.version, 'rescheduled', p_status, p_status,
+        p_actor, v_details, v_effect.updated_at);
     RETURN NEXT v_effect;
 END
 $$;
@@ -180,7 +165,6 @@ LANGUAGE plpgsql AS $$
 DECLARE
     v_now timestamptz := now();
     v_effect effects;
-    v_prev bytea;
     v_details jsonb := jsonb_build_object('lease_seconds', extract(epoch FROM p_lease));
 BEGIN
     UPDATE effects AS e SET
@@ -195,16 +179,9 @@ BEGIN
     IF NOT FOUND THEN
         RETURN;
     END IF;
-    SELECT digest INTO v_prev FROM effect_events
-        WHERE tenant_id = p_tenant_id AND effect_id = p_effect_id
-          AND seq = v_effect.version - 1;
-    INSERT INTO effect_events (tenant_id, effect_id, seq, kind, from_status, to_status,
-                               actor, details, occurred_at, prev_digest, digest)
-    VALUES (p_tenant_id, p_effect_id, v_effect.version, 'lease_renewed', 'dispatching',
-            'dispatching', p_owner, v_details, v_effect.updated_at, v_prev,
-            effect_event_digest(v_prev, p_effect_id, v_effect.version, 'lease_renewed',
-                                'dispatching', 'dispatching', p_owner, v_details,
-                                v_effect.updated_at));
+    PERFORM append_effect_event(
+        p_tenant_id, p_effect_id, v_effect.version, 'lease_renewed', 'dispatching',
+        'dispatching', p_owner, v_details, v_effect.updated_at);
     RETURN NEXT v_effect;
 END
 $$;
@@ -279,7 +256,7 @@ $$;
 
 -- The reconciler's claim within one tenant, as claim_due_of_tenant did it: the
 -- tenant's earliest due effects, locked and skipped as before, each updated by its key
--- and its event chained to its predecessor (a missing one leaves the digest NULL).
+-- and its event chained to its predecessor.
 CREATE FUNCTION claim_due_effects_of_tenant(
     p_tenant_id text, p_limit integer, p_owner text, p_lease interval
 ) RETURNS TABLE (effect effects, previous_owner text)
@@ -288,8 +265,6 @@ DECLARE
     v_due record;
     v_now timestamptz := now();
     v_effect effects;
-    v_prev bytea;
-    v_details jsonb;
 BEGIN
     FOR v_due IN
         SELECT e.effect_id, e.lease_owner FROM effects AS e
@@ -306,19 +281,11 @@ BEGIN
             updated_at = v_now
         WHERE e.tenant_id = p_tenant_id AND e.effect_id = v_due.effect_id
         RETURNING e.* INTO v_effect;
-        SELECT digest INTO v_prev FROM effect_events
-            WHERE tenant_id = p_tenant_id AND effect_id = v_effect.effect_id
-              AND seq = v_effect.version - 1;
-        v_details := jsonb_build_object('previous_owner', v_due.lease_owner);
-        INSERT INTO effect_events (tenant_id, effect_id, seq, kind, from_status,
-                                   to_status, actor, details, occurred_at, prev_digest,
-                                   digest)
-        VALUES (p_tenant_id, v_effect.effect_id, v_effect.version, 'claimed',
-                v_effect.status, v_effect.status, p_owner, v_details,
-                v_effect.updated_at, v_prev,
-                effect_event_digest(v_prev, v_effect.effect_id, v_effect.version,
-                                    'claimed', v_effect.status, v_effect.status,
-                                    p_owner, v_details, v_effect.updated_at));
+        PERFORM append_effect_event(
+            p_tenant_id, v_effect.effect_id, v_effect.version, 'claimed',
+            v_effect.status, v_effect.status, p_owner,
+            jsonb_build_object('previous_owner', v_due.lease_owner),
+            v_effect.updated_at);
         effect := v_effect;
         previous_owner := v_due.lease_owner;
         RETURN NEXT;
