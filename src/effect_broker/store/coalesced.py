@@ -100,15 +100,13 @@ class CoalescedWrites(Sharding):
     ) -> Sequence[Reservation | BaseException]:
         if len(batch) == 1:
             return await _alone(batch[0], self._reserve_one, failpoints.IN_RESERVE_BATCH)
-        if await self._sharded():
-            return await _by_tenant(
-                batch,
-                lambda r: r.tenant_id,
-                self._reserve_batch,
-                lambda r: self._reserve_one(r, self._pool),
-                failpoints.IN_RESERVE_BATCH,
-            )
-        return await self._reserve_batch(batch)
+        return await self._per_ledger(
+            batch,
+            lambda r: r.tenant_id,
+            self._reserve_batch,
+            self._reserve_one,
+            failpoints.IN_RESERVE_BATCH,
+        )
 
     async def _reserve_batch(
         self, batch: Sequence[ReserveRequest], tenant: str | None = None
@@ -118,19 +116,14 @@ class CoalescedWrites(Sharding):
         Within one tenant the statement is one call that reserves each key through
         ``reserve_effect``, so every request has its row; should one be missing, that
         request gets the one-row statement."""
-        columns = _columns(_reserve_arguments(r) for r in batch)
-        via: Runner = self._reserving if tenant is None else self._pool
-
-        async def one(r: ReserveRequest) -> Reservation:
-            return await self._reserve_one(r, via)
-
         rows = await self._fetch_batch(
-            via,
-            "reserve_batch" if tenant is None else "reserve_batch_of_tenant",
+            self._reserving,
+            "reserve_batch",
             batch,
-            columns if tenant is None else [*columns, tenant],
-            one,
+            _columns(_reserve_arguments(r) for r in batch),
+            self._reserve_one,
             failpoints.IN_RESERVE_BATCH,
+            tenant=tenant,
         )
         if not isinstance(rows, list):
             return rows.results
@@ -140,7 +133,9 @@ class CoalescedWrites(Sharding):
             if i in by_ord:
                 results.append(_reservation(by_ord[i], r.request_hash))
             elif tenant is not None:
-                results.append(await _outcome(one, r))
+                results.append(
+                    await _outcome(lambda r: self._reserve_one(r, self._pool), r)
+                )
             else:
                 results.append(
                     StoreError("the reservation vanished while it was written")
@@ -164,31 +159,21 @@ class CoalescedWrites(Sharding):
     ) -> Sequence[Effect | BaseException]:
         if len(batch) == 1:
             return await _alone(batch[0], self._start_one)
-        if await self._sharded():
-            return await _by_tenant(
-                batch,
-                lambda r: r.effect.tenant_id,
-                self._start_batch,
-                lambda r: self._start_one(r, self._pool),
-            )
-        return await self._start_batch(batch)
+        return await self._per_ledger(
+            batch, lambda r: r.effect.tenant_id, self._start_batch, self._start_one
+        )
 
     async def _start_batch(
         self, batch: Sequence[StartRequest], tenant: str | None = None
     ) -> Sequence[Effect | BaseException]:
         """One statement for the batch: across tenants, or (``tenant``) within one."""
-        columns = _columns(_start_arguments(r) for r in batch)
-        via: Runner = self._starting if tenant is None else self._pool
-
-        async def one(r: StartRequest) -> Effect:
-            return await self._start_one(r, via)
-
         rows = await self._fetch_batch(
-            via,
-            "start_attempt_batch" if tenant is None else "start_attempt_batch_of_tenant",
+            self._starting,
+            "start_attempt_batch",
             batch,
-            columns if tenant is None else [*columns, tenant],
-            one,
+            _columns(_start_arguments(r) for r in batch),
+            self._start_one,
+            tenant=tenant,
         )
         if not isinstance(rows, list):
             return rows.results
@@ -232,35 +217,26 @@ class CoalescedWrites(Sharding):
     ) -> Sequence[tuple[Effect, Receipt] | BaseException]:
         if len(batch) == 1:
             return await _alone(batch[0], self._receipt_one, failpoints.IN_RECEIPT_BATCH)
-        if await self._sharded():
-            return await _by_tenant(
-                batch,
-                lambda r: r.effect.tenant_id,
-                self._receipt_batch,
-                lambda r: self._receipt_one(r, self._pool),
-                failpoints.IN_RECEIPT_BATCH,
-            )
-        return await self._receipt_batch(batch)
+        return await self._per_ledger(
+            batch,
+            lambda r: r.effect.tenant_id,
+            self._receipt_batch,
+            self._receipt_one,
+            failpoints.IN_RECEIPT_BATCH,
+        )
 
     async def _receipt_batch(
         self, batch: Sequence[ReceiptRequest], tenant: str | None = None
     ) -> Sequence[tuple[Effect, Receipt] | BaseException]:
         """One statement for the batch: across tenants, or (``tenant``) within one."""
-        columns = _columns(_receipt_arguments(r) for r in batch)
-        via: Runner = self._settling if tenant is None else self._pool
-
-        async def one(r: ReceiptRequest) -> tuple[Effect, Receipt]:
-            return await self._receipt_one(r, via)
-
         rows = await self._fetch_batch(
-            via,
-            "record_receipt_batch"
-            if tenant is None
-            else "record_receipt_batch_of_tenant",
+            self._settling,
+            "record_receipt_batch",
             batch,
-            columns if tenant is None else [*columns, tenant],
-            one,
+            _columns(_receipt_arguments(r) for r in batch),
+            self._receipt_one,
             failpoints.IN_RECEIPT_BATCH,
+            tenant=tenant,
         )
         if not isinstance(rows, list):
             return rows.results
@@ -286,28 +262,56 @@ class CoalescedWrites(Sharding):
 
     # -- the batch statement ------------------------------------------------------------
 
+    async def _per_ledger(
+        self,
+        batch: Sequence[T],
+        tenant_of: Callable[[T], str],
+        write: Callable[
+            [Sequence[T], str | None], Awaitable[Sequence[R | BaseException]]
+        ],
+        one: Callable[[T, Runner], Awaitable[R]],
+        failpoint: str | None = None,
+    ) -> Sequence[R | BaseException]:
+        """``write`` the batch as one statement on one PostgreSQL; on a sharded ledger,
+        tenant by tenant (``_by_tenant``), a share of one through ``one`` on the pool."""
+        if not await self._sharded():
+            return await write(batch, None)
+        return await _by_tenant(
+            batch, tenant_of, write, lambda r: one(r, self._pool), failpoint
+        )
+
     async def _fetch_batch(
         self,
-        connection: Runner,
+        held: HeldConnection,
         query: str,
         batch: Sequence[T],
-        parameters: Sequence[Any],
-        one: Callable[[T], Awaitable[R]],
+        columns: list[list[Any]],
+        one: Callable[[T, Runner], Awaitable[R]],
         failpoint: str | None = None,
+        *,
+        tenant: str | None = None,
     ) -> list[asyncpg.Record] | _Failed[R]:
         """Run one batch statement; on an error, each request's own outcome instead.
 
-        ``parameters`` are the statement's: one list per column of the requests (see
-        ``_columns``), then the tenant for a statement within one tenant.
+        Across tenants the statement is ``query`` on the writer's ``held`` connection;
+        within one ``tenant`` (a sharded ledger) it is ``<query>_of_tenant``, with the
+        tenant after the columns, on any pool connection, as is each request's own
+        write (``one``) then.
 
         ``failpoint`` fires after the statement committed and before any request of
         the batch hears of it: the one moment inside a batch that differs from a crash
         around a single write (a statement is atomic; before its commit nothing of the
         batch exists, after it all of it does).
         """
+        via: Runner = held if tenant is None else self._pool
+        name, parameters = (
+            (query, columns)
+            if tenant is None
+            else (f"{query}_of_tenant", [*columns, tenant])
+        )
         try:
             async with translated():
-                rows = await connection.fetch(self._sql[query], *parameters)
+                rows = await via.fetch(self._sql[name], *parameters)
         except StoreUnavailable as exc:
             # Nothing was written, or the commit's fate is unknown: each request would
             # have had this error alone.
@@ -315,7 +319,9 @@ class CoalescedWrites(Sharding):
         except Exception as exc:
             if len(batch) == 1:
                 return _Failed([exc])
-            return _Failed([await _outcome(one, item) for item in batch])
+            return _Failed(
+                [await _outcome(lambda r: one(r, via), item) for item in batch]
+            )
         if failpoint is not None:
             failpoints.hit(failpoint)
         return rows
