@@ -42,6 +42,7 @@ from bench.procs import (
     start_server,
 )
 from bench.serving import READY_PATTERN
+from effect_broker.cli.serve import resolved_event_loop
 
 DEFAULT_OUTPUT = Path(__file__).with_name("results.json")
 REPLAY_KEYS = 16  # "the same few keys again"
@@ -447,6 +448,7 @@ def machine(postgres: ledger.PostgresInfo, generator: Generator) -> dict[str, An
         "postgres_synchronous_commit": postgres.synchronous_commit,
         "kernel": platform.release(),
         "aiohttp": aiohttp.__version__,
+        "event_loop": resolved_event_loop(),
         "generator": generator,
         "load_average_at_start": list(os.getloadavg()),
         "cpu_busy_before_start_pct": machine_busy_percent(),

@@ -540,11 +540,19 @@ def machine_line(report: Mapping[str, Any]) -> str:
     )
     return (
         f"{m['cpu_model']}, {m['cores']} cores; Python {m['python']}, aiohttp "
-        f"{m['aiohttp']}; PostgreSQL {m['postgres']} ({m['postgres_server']}, fsync "
+        f"{m['aiohttp']}{_loop(m)}; PostgreSQL {m['postgres']} "
+        f"({m['postgres_server']}, fsync "
         f"{m['postgres_fsync']}, synchronous_commit {m['postgres_synchronous_commit']}"
         f"{overrides}); "
         f"generator {m['generator']}; medians of {s['runs']} run(s), {timing}."
     )
+
+
+def _loop(machine: Mapping[str, Any]) -> str:
+    """The event loop of the bare proxy and effect-broker alike (runs recorded before
+    the bare proxy ran on it did not say, and took asyncio's loop for it)."""
+    loop = machine.get("event_loop")
+    return f", {loop} under the bare proxy and effect-broker" if loop else ""
 
 
 def notes(report: Mapping[str, Any]) -> list[str]:

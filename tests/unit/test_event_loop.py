@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 
 import pytest
 
-from effect_broker.cli.serve import run_on_fastest_loop
+from effect_broker.cli.serve import resolved_event_loop, run_on_fastest_loop
 from effect_broker.errors import EffectBrokerError
 
 
@@ -22,6 +23,15 @@ def test_uvloop_is_the_default_where_installed(monkeypatch: pytest.MonkeyPatch) 
 
 def test_the_standard_loop_when_asked(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("EFFECT_BROKER_EVENT_LOOP", "asyncio")
+    assert run_on_fastest_loop(loop_module()).startswith("asyncio")
+
+
+def test_the_standard_loop_where_uvloop_is_not_installed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("EFFECT_BROKER_EVENT_LOOP", raising=False)
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, package=None: None)
+    assert resolved_event_loop() == "asyncio"
     assert run_on_fastest_loop(loop_module()).startswith("asyncio")
 
 

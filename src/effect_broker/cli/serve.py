@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import logging
 import os
 from collections.abc import Callable, Coroutine
@@ -70,15 +71,20 @@ def run_on_fastest_loop(main: Coroutine[Any, Any, T]) -> T:
     bug, or on a platform where uvloop misbehaves); ``uvloop`` or unset means uvloop
     when it can be imported.
     """
-    if event_loop_choice() == "uvloop":
-        try:
-            import uvloop
-        except ImportError:
-            pass
-        else:
-            with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-                return runner.run(main)
+    if resolved_event_loop() == "uvloop":
+        import uvloop
+
+        with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+            return runner.run(main)
     return asyncio.run(main)
+
+
+def resolved_event_loop() -> str:
+    """The loop ``run_on_fastest_loop`` runs on: the choice, unless that is uvloop and
+    uvloop is not installed."""
+    if event_loop_choice() == "uvloop" and importlib.util.find_spec("uvloop"):
+        return "uvloop"
+    return "asyncio"
 
 
 EVENT_LOOPS = ("uvloop", "asyncio")
