@@ -48,15 +48,6 @@ def credentials(value: str | None, scheme: str) -> str | None:
     return rest if _VISIBLE_ASCII.issuperset(rest) else None
 
 
-def _connection_tokens(headers: Iterable[tuple[str, str]]) -> set[str]:
-    """Headers named in ``Connection`` are hop-by-hop for this message too."""
-    tokens: set[str] = set()
-    for name, value in headers:
-        if name.lower() == "connection":
-            tokens.update(t.strip().lower() for t in value.split(",") if t.strip())
-    return tokens
-
-
 def end_to_end(headers: Iterable[tuple[str, str]]) -> Headers:
     """The headers minus everything that belongs to one connection only."""
     return _kept(headers, HOP_BY_HOP)
@@ -64,13 +55,19 @@ def end_to_end(headers: Iterable[tuple[str, str]]) -> Headers:
 
 def _kept(headers: Iterable[tuple[str, str]], drop: frozenset[str]) -> Headers:
     """The headers whose names are not in ``drop`` nor named by ``Connection``; every
-    request and answer passes through here, so each name is lower-cased once and the
-    ``Connection`` tokens are only looked for when there is such a header."""
-    pairs = list(headers)
-    lowered = [name.lower() for name, _ in pairs]
-    if "connection" in lowered:
-        drop = drop | _connection_tokens(pairs)
-    return [pair for pair, name in zip(pairs, lowered, strict=True) if name not in drop]
+    request and answer passes through here, so it takes one pass, and a second only
+    when a ``Connection`` header names more to drop (``drop`` always holds it)."""
+    kept: Headers = []
+    named: set[str] = set()
+    for name, value in headers:
+        lowered = name.lower()
+        if lowered not in drop:
+            kept.append((name, value))
+        elif lowered == "connection":
+            named.update(t.strip().lower() for t in value.split(",") if t.strip())
+    if named - drop:
+        return [(name, value) for name, value in kept if name.lower() not in named]
+    return kept
 
 
 #: A client's declaration that a request repeating a recent payload under a new

@@ -102,6 +102,29 @@ def test_a_table_answers_again_from_memory_within_its_bound() -> None:
     assert ("PUT", "payments.internal", long_path) not in table._answers
 
 
+def test_the_routes_watching_a_host_are_remembered_within_their_bound() -> None:
+    table = RouteTable(TABLE.routes)
+    spellings = ["payments.internal", "PAYMENTS.Internal:80", "payments.internal:8443"]
+    first = [[r.name for r in table.watching(host)] for host in spellings]
+    again = [[r.name for r in table.watching(host)] for host in spellings]
+    assert (
+        again
+        == first
+        == [
+            ["charge", "capture"],
+            ["charge", "capture"],
+            ["alt-port"],
+        ]
+    )
+    assert table.watching("bad:port") == () == table.watching("bad:port")
+    for n in range(2 * REMEMBERED_ANSWERS):  # every host new: memory stays bounded
+        assert table.watching(f"h{n}.example") == ()
+        assert len(table._watchers_of) <= REMEMBERED_ANSWERS
+    long_host = "h" * REMEMBERED_LENGTH + ".example"
+    assert table.watching(long_host) == ()
+    assert long_host not in table._watchers_of
+
+
 def test_match_route_accepts_a_table_or_routes() -> None:
     routes = TABLE.routes
     config = RoutesConfig(

@@ -102,11 +102,14 @@ def normalize_path(raw: str) -> RequestPath:
     return RequestPath(tuple(segments), tuple(decoded))
 
 
+#: What ends the authority of an absolute-form target (RFC 3986, section 3.2).
+_AUTHORITY_END = re.compile("[/?#]")
+
+
 def split_target(target: str) -> tuple[str, str]:
     """Raw path and raw query of a request target, origin or absolute form."""
     if target[:8].lower().startswith(("http://", "https://")):
-        after_scheme = target.index("//") + 2
-        cut = [i for i in (target.find(c, after_scheme) for c in "/?#") if i >= 0]
-        target = target[min(cut) :] if cut else "/"
+        end_of_authority = _AUTHORITY_END.search(target, target.index("//") + 2)
+        target = target[end_of_authority.start() :] if end_of_authority else "/"
     path, _, query = target.partition("?")
     return path or "/", query

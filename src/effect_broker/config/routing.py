@@ -131,7 +131,14 @@ class RouteTable:
     immutable, a new routes file builds a new one).
     """
 
-    __slots__ = ("_answers", "_buckets", "_hostnames", "_watching", "routes")
+    __slots__ = (
+        "_answers",
+        "_buckets",
+        "_hostnames",
+        "_watchers_of",
+        "_watching",
+        "routes",
+    )
 
     def __init__(self, routes: Iterable[Route]) -> None:
         self.routes = tuple(routes)
@@ -153,6 +160,8 @@ class RouteTable:
             for host in sorted(route_hosts(route.match)):
                 watching.setdefault(host, []).append(route)
         self._watching = {host: tuple(found) for host, found in watching.items()}
+        #: ``watching`` per authority as written: agents send to the same few.
+        self._watchers_of: dict[str, tuple[Route, ...]] = {}
 
     def match(self, *, method: str, host: str | None, path: str) -> Route | None:
         if len(path) + len(host or "") > REMEMBERED_LENGTH:
@@ -182,9 +191,18 @@ class RouteTable:
         """The forward routes watching ``host`` (any spelling of it, port included),
         in the routes file's order; none for an authority that cannot be read."""
         try:
-            return self._watching.get(route_key(host), ())
+            return self._watchers_of[host]
+        except KeyError:
+            pass
+        try:
+            found = self._watching.get(route_key(host), ())
         except ValueError:
-            return ()
+            found = ()
+        if len(host) <= REMEMBERED_LENGTH:
+            if len(self._watchers_of) >= REMEMBERED_ANSWERS:
+                self._watchers_of.clear()
+            self._watchers_of[host] = found
+        return found
 
     def is_guarded_host(self, host: str) -> bool:
         """Whether a route watches this host on any port: CONNECT to it must be refused.

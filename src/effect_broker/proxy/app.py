@@ -1,7 +1,7 @@
 """The proxy application: one catch-all handler in front of the request flow.
 
 Built by a factory around a ``ProxyState`` (see ``runtime``); every error a request can
-raise becomes problem+json here, in one place.
+raise becomes problem+json here, in one place (``handle``).
 """
 
 from __future__ import annotations
@@ -58,8 +58,9 @@ log = logging.getLogger("effect_broker.proxy")
 #: Absolute-form targets of a WebSocket handshake.
 WS_TARGETS = ("ws://", "wss://")
 #: The route whose contract's error dialect shapes the proxy's own refusals: the one
-#: a request matched, or the one whose prefix an unrecorded request is under.
-DIALECT_ROUTE = web.RequestKey("dialect_route", Route)
+#: a request matched, or the one whose prefix an unrecorded request is under (None:
+#: no route, the problem stays problem+json).
+DIALECT_ROUTE = web.RequestKey[Route | None]("dialect_route")
 # A database outage fails every request the same way: one line per cause per interval.
 store_log = RateLimitedLog(log)
 # A misconfiguration, not an incident: once an hour (with a count) is enough to be seen.
@@ -67,6 +68,14 @@ unrecorded_log = RateLimitedLog(log, interval=3600.0)
 
 
 async def handle(request: web.Request) -> web.StreamResponse:
+    """Every request's answer, or the problem its error becomes, in the dialect of the
+    route it concerns. Not a middleware: aiohttp runs each middleware through two
+    coroutines of its own per request, paid by every pass-through."""
+    request[DIALECT_ROUTE] = None  # until a route is found: read without a miss
+    return in_client_dialect(request, await answer_or_problem(request, _within_deadline))
+
+
+async def _within_deadline(request: web.Request) -> web.StreamResponse:
     with body_deadline(request, request.app[EDGE_LIMITS].body_timeout):
         return await _handle(request)
 
@@ -95,9 +104,10 @@ async def _handle(request: web.Request) -> web.StreamResponse:
             "a ws:// or wss:// target is only for a WebSocket handshake "
             "(Connection: Upgrade, Upgrade: websocket)"
         )
-    route = match(request, state, path, forward=forward)
+    host = authority(request) if forward else None
+    route = match(request, state, path, host=host)
     if route is None:
-        return await unmatched(request, state, forward=forward)
+        return await unmatched(request, state, host=host)
     request[DIALECT_ROUTE] = route
     if route.mcp is not None:
         if state.mcp is None:  # a wiring error, never a reason to record blindly
@@ -150,13 +160,11 @@ def is_forward(request: web.Request) -> bool:
 
 
 def match(
-    request: web.Request, state: ProxyState, path: RequestPath, *, forward: bool
+    request: web.Request, state: ProxyState, path: RequestPath, *, host: str | None
 ) -> Route | None:
-    return state.config.table.match(
-        method=request.method,
-        host=authority(request) if forward else None,
-        path=path.text,
-    )
+    """The route recording this request; ``host``: its authority in forward mode,
+    None in reverse mode."""
+    return state.config.table.match(method=request.method, host=host, path=path.text)
 
 
 async def expect_continue(request: web.Request) -> web.StreamResponse | None:
@@ -173,7 +181,8 @@ async def expect_continue(request: web.Request) -> web.StreamResponse | None:
             status=417,
         )
     try:
-        route = match(request, state, request_path(request), forward=is_forward(request))
+        host = authority(request) if is_forward(request) else None
+        route = match(request, state, request_path(request), host=host)
         limit = (
             state.max_request_bytes
             if route is not None
@@ -198,8 +207,10 @@ def authority(request: web.Request) -> str:
 
 
 async def unmatched(
-    request: web.Request, state: ProxyState, *, forward: bool
+    request: web.Request, state: ProxyState, *, host: str | None
 ) -> web.StreamResponse:
+    """A request no route records; ``host``: its authority in forward mode, None in
+    reverse mode."""
     if state.config.proxy.unmatched == "reject-mutating" and is_mutating(request.method):
         return problem_response(
             RouteRefused(
@@ -207,9 +218,9 @@ async def unmatched(
                 "unmatched mutating requests are refused; add a route to routes.yaml"
             )
         )
-    if not forward:
+    if host is None:
         return await unmatched_reverse(request, state)
-    forward_refusal(state.config.table, authority(request), request.method, request.path)
+    forward_refusal(state.config.table, host, request.method, request.path)
     key_header = state.config.proxy.operation_key_header
     if key_header not in request.headers:
         return await pass_through(request, state.session, state.egress)
@@ -304,19 +315,12 @@ async def unmatched_reverse(
     )
 
 
-@web.middleware
-async def problems_middleware(
-    request: web.Request, handler: Handler
-) -> web.StreamResponse:
-    return in_client_dialect(request, await answer_or_problem(request, handler))
-
-
 def in_client_dialect(
     request: web.Request, response: web.StreamResponse
 ) -> web.StreamResponse:
     """A proxy-made problem on a route whose contract names an error dialect, in
     that dialect (see ``dialects``); every other answer unchanged."""
-    route = request.get(DIALECT_ROUTE)
+    route = request[DIALECT_ROUTE]
     if route is None or route.mcp is not None:
         return response
     dialect = route.contract.error_dialect
@@ -363,9 +367,7 @@ async def answer_or_problem(request: web.Request, handler: Handler) -> web.Strea
 def build_proxy_app(
     state: ProxyState, *, edge: EdgeLimits | None = None
 ) -> web.Application:
-    app = web.Application(
-        middlewares=[problems_middleware], client_max_size=state.max_request_bytes
-    )
+    app = web.Application(client_max_size=state.max_request_bytes)
     app[PROXY_STATE] = state
     app[EDGE_LIMITS] = edge or EdgeLimits()
     app.router.add_route("*", "/{tail:.*}", handle, expect_handler=expect_continue)

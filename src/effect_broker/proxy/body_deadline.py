@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 
-from aiohttp import web
+from aiohttp import StreamReader, web
 
 from effect_broker.errors import RequestTimeout
 
@@ -30,15 +30,22 @@ def body_timed_out(seconds: float) -> RequestTimeout:
     )
 
 
-@contextmanager
-def body_deadline(request: web.Request, seconds: float) -> Iterator[None]:
+#: The deadline of a body that has already arrived in full: nothing to watch.
+_ARRIVED = nullcontext()
+
+
+def body_deadline(request: web.Request, seconds: float) -> AbstractContextManager[None]:
     """Fail ``request``'s body stream with ``RequestTimeout`` unless it has arrived in
-    full ``seconds`` from now; a body already complete costs nothing."""
+    full ``seconds`` from now; a body already complete (most requests: it came with the
+    head) costs one check, not a timer nor a generator."""
     content = request.content
     if content.is_eof():
-        yield
-        return
+        return _ARRIVED
+    return _watched(content, seconds)
 
+
+@contextmanager
+def _watched(content: StreamReader, seconds: float) -> Iterator[None]:
     def expire() -> None:
         if not content.is_eof() and content.exception() is None:
             content.set_exception(body_timed_out(seconds))

@@ -7,6 +7,7 @@ log line should hold neither. These helpers keep such text out, or make it visib
 
 from __future__ import annotations
 
+import re
 import unicodedata
 
 from effect_broker.errors import MalformedRequest
@@ -27,6 +28,10 @@ def printable(text: str) -> str:
     return "".join(out)
 
 
+#: A lone surrogate: a byte that was not UTF-8, as aiohttp hands it over.
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
 def check_path(path: str) -> None:
     """Refuse a decoded path no ledger row, log line or target should receive."""
     if "\x00" in path:
@@ -34,7 +39,7 @@ def check_path(path: str) -> None:
             "the path contains a NUL byte (%00), which no route can mean; "
             "nothing was forwarded or recorded"
         )
-    if any(0xD800 <= ord(ch) <= 0xDFFF for ch in path):
+    if _SURROGATE.search(path):
         raise MalformedRequest(
             "the path is not valid UTF-8 once percent-decoded; "
             "nothing was forwarded or recorded"

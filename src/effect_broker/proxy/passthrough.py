@@ -69,7 +69,9 @@ async def pass_through(
     mode, under a route's prefix), and ``inject`` the route's headers it then carries.
     """
     if url is None:
-        url = URL(request.raw_path, encoded=True).with_user(None)
+        url = URL(request.raw_path, encoded=True)
+        if url.raw_user is not None or url.raw_password is not None:  # never sent on
+            url = url.with_user(None)
     where = url.host or request.host
     # The host as written, before anything is read or sent; the session's resolver
     # checks each address a name resolves to when it connects.
