@@ -142,6 +142,7 @@ class Metrics:
         )
         # Routes come from the routes file: a handful, never a client's choice.
         self._routes: dict[str, RouteMetrics] = {}
+        self._counted: dict[tuple[Counter, tuple[str, ...]], Counter] = {}
 
     def of_route(self, route: str) -> RouteMetrics:
         """The per-request series of ``route``, looked up once: ``labels()`` validates
@@ -152,6 +153,16 @@ class Metrics:
                 overhead=self.overhead.labels(route), replays=self.replays.labels(route)
             )
         return found
+
+    def count(self, counter: Counter, *labels: str) -> None:
+        """``counter.labels(*labels).inc()`` with the labelled series looked up once:
+        the request path counts an attempt and a settled effect each time, and the
+        label values (a route, an outcome) are few."""
+        key = (counter, labels)
+        series = self._counted.get(key)
+        if series is None:
+            series = self._counted[key] = counter.labels(*labels)
+        series.inc()
 
     def exposition(self) -> bytes:
         """The Prometheus text of ``/metrics``: this process's, or every worker's."""

@@ -29,12 +29,12 @@ import httpx
 import pytest
 import requests
 from aiohttp import ClientSession, web
-from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from effect_broker.canonical import downstream_key
+from effect_broker.tracing import install
 from tests.integration.harness import (
     ROUTES,
     Broker,
@@ -416,7 +416,7 @@ def spans() -> InMemorySpanExporter:
     exporter = InMemorySpanExporter()
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
-    trace.set_tracer_provider(provider)
+    install(provider)
     return exporter
 
 

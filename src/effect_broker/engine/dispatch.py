@@ -14,7 +14,6 @@ the wire (attempts, probes, tombstones), not what it meant.
 from __future__ import annotations
 
 import logging
-from contextlib import AsyncExitStack
 from dataclasses import dataclass
 
 from effect_broker import failpoints
@@ -26,13 +25,16 @@ from effect_broker.engine.lookup import Finding, Kit, KitAnswer, current_attempt
 from effect_broker.engine.messages import StoredRequest
 from effect_broker.engine.probe import ProbeResult, ProbeVerdict, run_probe
 from effect_broker.engine.protocol import CutsShort, Follows
-from effect_broker.engine.slots import NoFreeSlot
+from effect_broker.engine.slots import NoFreeSlot, Slot
 from effect_broker.engine.targets import base_url, well_known_origin
 from effect_broker.engine.upstream import AttemptResult, Delivery, send
 from effect_broker.engine.wiring import Wiring
 from effect_broker.models import Effect
 
 log = logging.getLogger("effect_broker.engine")
+
+#: The slot of an attempt that never got one: nothing to give back.
+NO_SLOT = Slot(None)
 
 # A kit's answer carries a stored response base64-encoded inside JSON: room for that.
 _KIT_ANSWER_SLACK = 64 * 1024
@@ -44,7 +46,7 @@ class Sent:
     the answer is still open (``attempt.live``), whose end must close it."""
 
     evidence: Attempted
-    slot: AsyncExitStack
+    slot: Slot
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,9 +87,9 @@ class Dispatcher:
             if protocol is not None and isinstance(protocol, CutsShort)
             else None
         )
-        slot = AsyncExitStack()  # held on past this call while an answer streams
+        slot = NO_SLOT  # a taken one is held on past this call while an answer streams
         try:
-            await slot.enter_async_context(self._slots.hold(effect.route))
+            slot = await self._slots.take(effect.route)
             attempt = await send(
                 self._session,
                 method=request.method,
@@ -112,12 +114,12 @@ class Dispatcher:
         except NoFreeSlot as exc:
             attempt = AttemptResult(Delivery.NOT_SENT, detail=str(exc), saturated=True)
         except BaseException:
-            await slot.aclose()
+            slot.release()
             raise
         if attempt.live is None:
-            await slot.aclose()
+            slot.release()
         failpoints.hit(failpoints.AFTER_UPSTREAM_RESPONSE)
-        self.metrics.attempts.labels(effect.route, attempt.delivery.value).inc()
+        self.metrics.count(self.metrics.attempts, effect.route, attempt.delivery.value)
         if attempt.withheld:
             log.warning("effect %s: %s", effect.effect_id, attempt.detail)
         return Sent(Attempted(attempt, after_unknown, protocol), slot)

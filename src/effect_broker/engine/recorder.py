@@ -116,5 +116,5 @@ class Recorder:
             details={**(ruling.details or {}), **omitted},
         )
         failpoints.hit(failpoints.AFTER_RECEIPT_COMMIT)
-        self._metrics.effects.labels(settled.route, settled.status.value).inc()
+        self._metrics.count(self._metrics.effects, settled.route, settled.status.value)
         return settled

@@ -19,6 +19,26 @@ class NoFreeSlot(Exception):
     """Every slot of the route stayed taken for the whole queue bound."""
 
 
+class Slot:
+    """One slot of a route, taken: ``release`` gives it back, once (again is nothing).
+    A plain object rather than a context manager, because an attempt whose answer
+    streams holds its slot past the call that took it, until the stream ends."""
+
+    __slots__ = ("_semaphore",)
+
+    def __init__(self, semaphore: asyncio.Semaphore | None) -> None:
+        self._semaphore = semaphore
+
+    def release(self) -> None:
+        if self._semaphore is not None:
+            self._semaphore.release()
+            self._semaphore = None
+
+    async def aclose(self) -> None:
+        """``release``, for whoever gives resources back by awaiting."""
+        self.release()
+
+
 class UpstreamSlots:
     def __init__(self, *, per_route: int, queue_timeout: timedelta) -> None:
         if per_route < 1:
@@ -27,9 +47,8 @@ class UpstreamSlots:
         self.queue_timeout = queue_timeout
         self._semaphores: dict[str, asyncio.Semaphore] = {}
 
-    @asynccontextmanager
-    async def hold(self, route: str) -> AsyncIterator[None]:
-        """One slot of ``route`` for the duration of the block, or ``NoFreeSlot``."""
+    async def take(self, route: str) -> Slot:
+        """One slot of ``route``, to be released by the caller, or ``NoFreeSlot``."""
         semaphore = self._semaphores.get(route)
         if semaphore is None:
             semaphore = self._semaphores[route] = asyncio.Semaphore(self.per_route)
@@ -39,10 +58,16 @@ class UpstreamSlots:
             await semaphore.acquire()
         else:
             await self._queue(semaphore, route)
+        return Slot(semaphore)
+
+    @asynccontextmanager
+    async def hold(self, route: str) -> AsyncIterator[None]:
+        """One slot of ``route`` for the duration of the block, or ``NoFreeSlot``."""
+        slot = await self.take(route)
         try:
             yield
         finally:
-            semaphore.release()
+            slot.release()
 
     async def _queue(self, semaphore: asyncio.Semaphore, route: str) -> None:
         """Wait for a slot of ``route`` at most the queue bound."""

@@ -170,7 +170,8 @@ class Steps:
     ) -> tuple[Ruling, Effect]:
         ruling, settled = await self.apply(effect, contract, evidence)
         if settled.status not in TERMINAL:  # a receipt's settlement counts itself
-            self._wiring.metrics.effects.labels(settled.route, settled.status.value).inc()
+            metrics = self._wiring.metrics
+            metrics.count(metrics.effects, settled.route, settled.status.value)
         return ruling, settled
 
     def _recorded_stream(
