@@ -12,6 +12,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from functools import partial
+from types import MappingProxyType
 
 from aiohttp import HttpVersion11, hdrs, web
 from aiohttp.typedefs import Handler
@@ -61,6 +62,8 @@ WS_TARGETS = ("ws://", "wss://")
 #: a request matched, or the one whose prefix an unrecorded request is under (None:
 #: no route, the problem stays problem+json).
 DIALECT_ROUTE = web.RequestKey[Route | None]("dialect_route")
+#: What a pass-through answer says when its request carried an operation key.
+UNRECORDED = MappingProxyType({"Effect-Status": "unrecorded"})
 # A database outage fails every request the same way: one line per cause per interval.
 store_log = RateLimitedLog(log)
 # A misconfiguration, not an incident: once an hour (with a count) is enough to be seen.
@@ -234,9 +237,7 @@ async def unmatched(
         lazy(lambda: request.url.with_query(None)),
         key_header,
     )
-    return await pass_through(
-        request, state.session, state.egress, headers={"Effect-Status": "unrecorded"}
-    )
+    return await pass_through(request, state.session, state.egress, headers=UNRECORDED)
 
 
 async def upgrade(

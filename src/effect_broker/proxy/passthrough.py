@@ -72,10 +72,11 @@ async def pass_through(
         url = URL(request.raw_path, encoded=True)
         if url.raw_user is not None or url.raw_password is not None:  # never sent on
             url = url.with_user(None)
-    where = url.host or request.host
+    host = url.host
+    where = host or request.host
     # The host as written, before anything is read or sent; the session's resolver
     # checks each address a name resolves to when it connects.
-    egress.check(url.host or "", url.port or 80)
+    egress.check(host or "", url.port or 80)
     limit = request.app[EDGE_LIMITS].max_passthrough_bytes
     length = request.content_length
     data: bytes | aiohttp.StreamReader | None = None
@@ -202,6 +203,8 @@ def _set_headers(
     ours: Mapping[str, str] | None,
 ) -> None:
     """The target's headers with their repeats, then ours replacing a same-named one."""
+    headers = out.headers
     for name, value in kept:
-        out.headers.add(name, value)
-    out.headers.update(ours or {})
+        headers.add(name, value)
+    if ours:
+        headers.update(ours)
