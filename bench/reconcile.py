@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-import re
 import secrets
 import statistics
 import sys
@@ -60,8 +59,6 @@ SETTLEMENT_BOUND_MS = 500  # reconcilable: a lookup proves absence only after th
 SETTLEMENT_DELAY_S = 0.3  # ... and the target's lookup lags its commits this much
 LEASE_GRACE_MS = 300  # lease = timeout + this; only matters if the proxy itself dies
 KIT_SECRET_ENV = "BENCH_KIT_SECRET"  # the proxy's routes read the kit's secret here
-TARGET_KIT_SECRET_ENV = "PAYMENT_TARGET_KIT_SECRET"  # ... and the target reads it here
-TARGET_BANNER = r"payment target listening on (http://\S+)"
 POLL_S = 0.2  # how often the bench looks at the ledger while it waits
 #: How long past the last dispatch a class may take to settle before the bench stops
 #: waiting and reports what is left (base, plus per effect: the reconciler is serial).
@@ -425,22 +422,14 @@ def measure(
 def _start_target(workdir: Path, target_dsn: str, kit_secret: str) -> Server:
     return start_server(
         "payment target",
-        [
-            sys.executable,
-            "-m",
-            payment_target.MODULE,
-            "--port",
-            "0",
-            "--db",
-            str(workdir / "reconcile-target.sqlite3"),
-            "--settlement-delay",
-            str(SETTLEMENT_DELAY_S),
-            "--database-url",
-            target_dsn,
-        ],
+        payment_target.command(
+            workdir / "reconcile-target.sqlite3",
+            settlement_delay=SETTLEMENT_DELAY_S,
+            database_url=target_dsn,
+        ),
         log=workdir / "reconcile-target.log",
-        ready=re.compile(TARGET_BANNER),
-        env=child_env({TARGET_KIT_SECRET_ENV: kit_secret}),
+        ready=payment_target.BANNER,
+        env=child_env({payment_target.KIT_SECRET_ENV: kit_secret}),
     )
 
 

@@ -31,7 +31,6 @@ from effect_broker.demo import payment_target
 from effect_broker.demo.crash_matrix.cells import SERVE, serve_environment, write_routes
 from effect_broker.demo.crash_matrix.processes import (
     PROXY_BANNER,
-    TARGET_BANNER,
     CellError,
     poll,
     spawn,
@@ -58,23 +57,11 @@ async def processes() -> AsyncIterator[AsyncExitStack]:
 
 async def _start_target(stack: AsyncExitStack, directory: Path) -> tuple[str, Path]:
     db = directory / "target.sqlite3"
-    argv = [
-        sys.executable,
-        "-m",
-        payment_target.MODULE,
-        "--port",
-        "0",
-        "--db",
-        str(db),
-        "--settlement-delay",
-        "0.3",
-        "--hang-after-commit",
-        LOST,
-    ]
+    argv = payment_target.command(db, settlement_delay=0.3, hang_after_commit=[LOST])
     target = await spawn(
         stack, "payment target", argv, directory / "target.log", dict(os.environ)
     )
-    [url] = (await target.wait_for_line(TARGET_BANNER)).groups()
+    [url] = (await target.wait_for_line(payment_target.BANNER)).groups()
     return url, db
 
 

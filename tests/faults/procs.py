@@ -28,11 +28,9 @@ from effect_broker.demo.crash_matrix.processes import poll as poll
 from effect_broker.store.migrations import apply_migrations
 from tests.database import with_database
 
-TARGET_MODULE = payment_target.MODULE
 #: ``effect-broker serve`` alone, so the suite does not depend on every CLI group.
 SERVE = "import typer; from effect_broker.cli.serve import serve; typer.run(serve)"
 PROXY_BANNER = re.compile(r"effect-broker proxy on (http://\S+), admin on (http://\S+?),")
-TARGET_BANNER = re.compile(r"payment target listening on (http://\S+)")
 TENANT = "faults"
 SETTLEMENT_DELAY = 0.2  # the target's lookup lags its commits this much
 
@@ -116,12 +114,13 @@ class Target:
 async def start_target(stack: AsyncExitStack, directory: Path) -> Target:
     """The demo payment target on a free port; its SQLite table is the ground truth."""
     db = directory / "target.sqlite3"
-    argv = [sys.executable, "-m", TARGET_MODULE, "--port", "0", "--db", str(db)]
-    argv += ["--settlement-delay", str(SETTLEMENT_DELAY), "--key-retention", "86400"]
+    argv = payment_target.command(
+        db, settlement_delay=SETTLEMENT_DELAY, key_retention=86400
+    )
     process = await spawn(
         stack, "target", argv, directory / "target.log", dict(os.environ)
     )
-    return Target((await process.wait_for_line(TARGET_BANNER)).group(1), db)
+    return Target((await process.wait_for_line(payment_target.BANNER)).group(1), db)
 
 
 @dataclass

@@ -17,7 +17,6 @@ import logging
 import os
 import secrets
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
@@ -46,6 +45,7 @@ from effect_broker.cli.serve import announce_failpoints, run_on_fastest_loop, ru
 from effect_broker.config.routes_file import load_routes
 from effect_broker.config.settings import Settings
 from effect_broker.crypto import MasterKey
+from effect_broker.demo import payment_target
 from effect_broker.embedded import embedded_postgres
 from effect_broker.errors import EffectBrokerError
 from effect_broker.proxy.tls_ca import CertificateAuthorityError, trust_bundle
@@ -57,8 +57,6 @@ DEMO_PORT = 9000
 DEMO_ORIGIN = "http://127.0.0.1:9000/"
 ROUTES_VARIABLE = "EFFECT_BROKER_ROUTES"
 ROUTES_FILE = Path("routes.yaml")
-#: ``python -m`` this: the packaged demo payment target.
-TARGET_MODULE = "effect_broker.demo.payment_target"
 TRY_IT = (
     "curl -x {proxy} -H 'Operation-Key: order-42:charge' "
     "-H 'Content-Type: application/json' "
@@ -90,15 +88,7 @@ def step(message: str) -> Iterator[None]:
 def demo_target(data_dir: Path, port: int) -> Iterator[str]:
     """Run the demo payment target until the block ends; yields its URL."""
     process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            TARGET_MODULE,
-            "--port",
-            str(port),
-            "--db",
-            str(data_dir / "payment-target.sqlite3"),
-        ],
+        payment_target.command(data_dir / "payment-target.sqlite3", port=port),
         stdout=subprocess.PIPE,
         text=True,
     )

@@ -25,7 +25,6 @@ from effect_broker.demo.crash_matrix.agent import AgentResult
 from effect_broker.demo.crash_matrix.ledger import SETTLE_TIMEOUT, Ledger, LedgerReader
 from effect_broker.demo.crash_matrix.processes import (
     PROXY_BANNER,
-    TARGET_BANNER,
     Proxy,
     Target,
     poll,
@@ -36,10 +35,9 @@ from effect_broker.demo.crash_matrix.processes import (
 ROUTES_TEMPLATE = files("effect_broker.demo.crash_matrix") / "routes.yaml"
 
 TENANT = "crash-matrix"
-#: The routes file's transactional route sends the kit's secret from this variable.
+#: The routes file's transactional route sends the kit's secret from this variable
+#: (the demo target reads it from ``payment_target.KIT_SECRET_ENV``).
 KIT_SECRET_ENV = "CRASH_MATRIX_KIT_SECRET"
-#: ... and the demo target reads it from this one (kept off its command line).
-TARGET_KIT_SECRET_ENV = "PAYMENT_TARGET_KIT_SECRET"
 LEASE_GRACE = "300ms"  # lease = contract timeout (1 s) + this; then the holder is dead
 SETTLEMENT_DELAY = 0.3  # the target's lookup lags commits this much (bound: 500 ms)
 DEATH_TIMEOUT = 20.0  # an armed proxy reaches its failpoint within this
@@ -117,27 +115,19 @@ class Cell:
 
     async def start_target(self) -> Target:
         db = self.directory / "target.sqlite3"
-        argv = [
-            sys.executable,
-            "-m",
-            payment_target.MODULE,
-            "--port",
-            "0",
-            "--db",
-            str(db),
-            "--settlement-delay",
-            str(SETTLEMENT_DELAY),
-            "--key-retention",
-            "86400",
-        ]
+        argv = payment_target.command(
+            db,
+            settlement_delay=SETTLEMENT_DELAY,
+            key_retention=86400,
+            database_url=self.target_database_url,
+        )
         env = dict(os.environ)
         if self.target_database_url is not None:
-            argv += ["--database-url", self.target_database_url]
-            env[TARGET_KIT_SECRET_ENV] = self.kit_secret
+            env[payment_target.KIT_SECRET_ENV] = self.kit_secret
         process = await spawn(
             self.stack, "payment target", argv, self.directory / "target.log", env
         )
-        url = (await process.wait_for_line(TARGET_BANNER)).group(1)
+        url = (await process.wait_for_line(payment_target.BANNER)).group(1)
         self.routes = write_routes(self.directory / "routes.yaml", url)
         return Target(url, db, process, self.target_database_url)
 

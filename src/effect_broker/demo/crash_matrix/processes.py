@@ -30,7 +30,6 @@ START_TIMEOUT = 30.0  # a process prints its "listening" line within this
 STOP_GRACE = 5.0  # SIGTERM, then SIGKILL after this
 
 PROXY_BANNER = re.compile(r"effect-broker proxy on (http://\S+), admin on (http://\S+?),")
-TARGET_BANNER = re.compile(r"payment target listening on (http://\S+)")
 FENCED_METRIC = re.compile(r"^effect_broker_fenced_writes_total (\S+)$", re.MULTILINE)
 
 T = TypeVar("T")

@@ -26,13 +26,11 @@ from effect_broker.demo import payment_target
 from effect_broker.demo.crash_matrix.cells import (
     SERVE,
     SETTLEMENT_DELAY,
-    TARGET_KIT_SECRET_ENV,
     serve_environment,
     write_routes,
 )
 from effect_broker.demo.crash_matrix.processes import (
     PROXY_BANNER,
-    TARGET_BANNER,
     CellError,
     Process,
     Proxy,
@@ -91,17 +89,19 @@ class Cluster:
     async def start_target(self, target_database_url: str | None) -> Target:
         """The demo payment target; with a database, its transactional mode too."""
         db = self.directory / TARGET_DB
-        argv = [sys.executable, "-m", payment_target.MODULE, "--port", "0"]
-        argv += ["--db", str(db), "--settlement-delay", str(SETTLEMENT_DELAY)]
-        argv += ["--key-retention", "86400"]
+        argv = payment_target.command(
+            db,
+            settlement_delay=SETTLEMENT_DELAY,
+            key_retention=86400,
+            database_url=target_database_url,
+        )
         env = dict(os.environ)
         if target_database_url is not None:
-            argv += ["--database-url", target_database_url]
-            env[TARGET_KIT_SECRET_ENV] = self.kit_secret
+            env[payment_target.KIT_SECRET_ENV] = self.kit_secret
         process = await spawn(
             self.stack, "payment target", argv, self.directory / "target.log", env
         )
-        url = (await process.wait_for_line(TARGET_BANNER)).group(1)
+        url = (await process.wait_for_line(payment_target.BANNER)).group(1)
         write_routes(self.directory / "routes.yaml", url)
         self.target = Target(url, db, process, target_database_url)
         return self.target

@@ -64,12 +64,19 @@ from effect_broker.demo.payment_target.charges import (
     Replayed,
     parse_charge,
 )
-from effect_broker.demo.payment_target.command import main, parse_args, serve
-
-#: What ``python -m`` runs: how ``up``, the crash matrix and the tests start the target.
-MODULE = "effect_broker.demo.payment_target"
+from effect_broker.demo.payment_target.command import (
+    BANNER,
+    KIT_SECRET_ENV,
+    MODULE,
+    command,
+    main,
+    parse_args,
+    serve,
+)
 
 __all__ = [
+    "BANNER",
+    "KIT_SECRET_ENV",
     "MODULE",
     "ChargeRequest",
     "ChargeStore",
@@ -78,6 +85,7 @@ __all__ = [
     "InvalidCharge",
     "Replayed",
     "build_app",
+    "command",
     "main",
     "parse_args",
     "parse_charge",

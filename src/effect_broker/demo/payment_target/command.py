@@ -11,6 +11,7 @@ import argparse
 import asyncio
 import logging
 import os
+import re
 import signal
 import sys
 from collections.abc import Sequence
@@ -21,9 +22,37 @@ from aiohttp import web
 from effect_broker.config.hosts import http_url
 from effect_broker.demo.payment_target.app import build_app
 
+#: What ``python -m`` runs.
+MODULE = "effect_broker.demo.payment_target"
 #: Where transactional mode reads the kit's shared secret: the environment, never argv
 #: (which every user of the machine can read in the process list).
 KIT_SECRET_ENV = "PAYMENT_TARGET_KIT_SECRET"
+#: The first stdout line, as whoever starts the target waits for it; group 1 is its URL.
+BANNER = re.compile(r"payment target listening on (http://\S+)")
+
+
+def command(
+    db: Path,
+    *,
+    port: int = 0,
+    settlement_delay: float | None = None,
+    key_retention: float | None = None,
+    database_url: str | None = None,
+    hang_after_commit: Sequence[str] = (),
+) -> list[str]:
+    """The command that starts the target in this Python, on ``port`` (0: a free one,
+    named by its banner); an option left out keeps the target's default. Transactional
+    mode (``database_url``) also needs ``KIT_SECRET_ENV`` in the child's environment."""
+    argv = [sys.executable, "-m", MODULE, "--port", str(port), "--db", str(db)]
+    if settlement_delay is not None:
+        argv += ["--settlement-delay", str(settlement_delay)]
+    if key_retention is not None:
+        argv += ["--key-retention", str(key_retention)]
+    if database_url is not None:
+        argv += ["--database-url", database_url]
+    if hang_after_commit:
+        argv += ["--hang-after-commit", *hang_after_commit]
+    return argv
 
 
 def _seconds(text: str) -> float:
@@ -35,7 +64,7 @@ def _seconds(text: str) -> float:
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        prog="python -m effect_broker.demo.payment_target",
+        prog=f"python -m {MODULE}",
         description="Demo payment target with an authoritative SQLite charges table.",
     )
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on")
