@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+import logging
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -60,6 +61,34 @@ class Cancellations:
             self.answered.set()
 
 
+class LateAnswers(logging.Handler):
+    """The SDK's client, once it has given up on a request, drops the answer that comes
+    later and says so (at debug level). Until then the answer is still on its way
+    through the client's streams, and closing the client under it makes the SDK's
+    transport raise: a client that is about to close waits for this first."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.dropped = asyncio.Event()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if "late request id" in record.getMessage():
+            self.dropped.set()
+
+
+@contextmanager
+def late_answers() -> Iterator[LateAnswers]:
+    logger = logging.getLogger("mcp.shared.jsonrpc_dispatcher")
+    handler, level = LateAnswers(), logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.DEBUG)
+    try:
+        yield handler
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+
+
 @asynccontextmanager
 async def watched_client(
     broker: Broker, cancellations: Cancellations
@@ -88,16 +117,19 @@ async def test_a_client_timeout_does_not_cancel_a_recorded_call(
     cancellations = Cancellations()
     arguments = {"amount": 30, "operation_key": "tr-cancel-1"}
     async with mcp_broker(database_url, tmp_path, store) as broker:
-        async with watched_client(broker, cancellations) as session:
-            with pytest.raises(MCPError):
-                await session.call_tool(
-                    "transfer", arguments, read_timeout_seconds=CLIENT_TIMEOUT
-                )
-            assert store.started.is_set(), "the client gave up before the call began"
-            await asyncio.wait_for(cancellations.answered.wait(), DEADLINE)
-            reached_server = cancellations_seen(store)
-            store.release.set()  # only now may the tool finish
-            rows = await settled_rows(database_url)
+        with late_answers() as late:
+            async with watched_client(broker, cancellations) as session:
+                with pytest.raises(MCPError):
+                    await session.call_tool(
+                        "transfer", arguments, read_timeout_seconds=CLIENT_TIMEOUT
+                    )
+                assert store.started.is_set(), "the client gave up before the call began"
+                await asyncio.wait_for(cancellations.answered.wait(), DEADLINE)
+                reached_server = cancellations_seen(store)
+                store.release.set()  # only now may the tool finish
+                rows = await settled_rows(database_url)
+                # The call's own answer comes too, late: through the client first.
+                await asyncio.wait_for(late.dropped.wait(), DEADLINE)
         retry = await raw_call(broker, "retry-1", "transfer", arguments)
     [(cancelled_id, status)] = cancellations.answers
     assert status == 202  # acknowledged as the transport acknowledges a notification
