@@ -50,16 +50,21 @@ KEY_ID = "key-1"
 SEALED_PREFIX_SQL = f"'\\x01{len(KEY_ID):02x}'::bytea || convert_to('{KEY_ID}', 'UTF8')"
 
 
+#: Nothing analyzes the tables behind the test. These are DDL, which makes every
+#: session plan its statements again: run them before the plans a test watches are made.
+AUTOVACUUM_OFF = tuple(
+    f"ALTER TABLE {table} SET (autovacuum_enabled = false)" for table in WATCHED_TABLES
+)
+
+
 def _fill(effects: int) -> list[str]:
-    """The statements that write a ledger of ``effects`` effects."""
+    """The statements that write a ledger of ``effects`` effects (no DDL among them)."""
     return [
-        *(
-            f"ALTER TABLE {table} SET (autovacuum_enabled = false)"
-            for table in WATCHED_TABLES
-        ),
         f"""INSERT INTO tenants (tenant_id)
-            SELECT 'tenant-' || t FROM generate_series(0, {TENANTS - 1}) AS t""",
-        "INSERT INTO master_keys (key_id) VALUES ('key-1'), ('key-2')",
+            SELECT 'tenant-' || t FROM generate_series(0, {TENANTS - 1}) AS t
+            ON CONFLICT DO NOTHING""",
+        """INSERT INTO master_keys (key_id) VALUES ('key-1'), ('key-2')
+            ON CONFLICT DO NOTHING""",
         # Recorded MCP calls, most expired: the rows begin_mcp_call prunes.
         """INSERT INTO mcp_running_calls (running_id, call_key, expires_at)
             SELECT gen_random_uuid(), sha256(convert_to('call' || i, 'UTF8')),
@@ -117,12 +122,15 @@ def _fill(effects: int) -> list[str]:
     ]
 
 
-async def fill_ledger(conn: asyncpg.Connection, effects: int = EFFECTS) -> None:
-    """Write the realistic ledger; nothing here analyzes a table."""
+async def fill_ledger(
+    conn: asyncpg.Connection, effects: int = EFFECTS, *, autovacuum_off: bool = True
+) -> None:
+    """Write the realistic ledger; nothing here analyzes a table. Without
+    ``autovacuum_off`` the caller has run ``AUTOVACUUM_OFF`` already."""
     async with conn.transaction():
         # Row by row foreign-key checks would double the time the rows take to write.
         await conn.execute("SET LOCAL session_replication_role = replica")
-        for statement in _fill(effects):
+        for statement in (*(AUTOVACUUM_OFF if autovacuum_off else ()), *_fill(effects)):
             await conn.execute(statement)
 
 
