@@ -1,9 +1,11 @@
 -- Every query effect-broker runs at runtime, one named block each.
 -- A block starts with "-- name --" and a one-line description; parameters are $n only.
 -- Each write that changes an effect bumps its version (compare-and-swap) and appends the
--- event for that version in the same statement: through append_effect_event, or (in the
--- writes a sharded ledger runs on a shard, where a function that writes cannot be
--- called from the statement) by inserting it chained to its predecessor directly.
+-- event for that version in the same statement: through append_effect_event, or by
+-- inserting it chained to its predecessor directly (group commit's settle, where a
+-- function call per row cost more than the rest of the statement, and the writes a
+-- sharded ledger runs on a shard, where a function that writes cannot be called from
+-- the statement); a missing predecessor leaves prev_digest NULL, which is refused.
 
 -- reserve --
 -- Insert the effect (started at once when $14) or return the existing one and its receipt.
@@ -150,18 +152,29 @@ WITH v AS (
     SELECT tenant_id, effect_id, batch_status_code, batch_ciphertext, batch_source,
            batch_external_id, updated_at
     FROM moved
+), event AS (
+    SELECT moved.*, prev.digest AS prev_digest, d.details
+    FROM moved
+    CROSS JOIN LATERAL (
+        SELECT jsonb_build_object('status_code', moved.batch_status_code,
+                                  'source', moved.batch_source,
+                                  'external_id', moved.batch_external_id)
+               || moved.batch_details::jsonb AS details
+    ) AS d
+    LEFT JOIN effect_events AS prev
+        ON prev.tenant_id = moved.tenant_id AND prev.effect_id = moved.effect_id
+       AND prev.seq = moved.version - 1
+), chained AS (
+    INSERT INTO effect_events (tenant_id, effect_id, seq, kind, from_status, to_status,
+                               actor, details, occurred_at, prev_digest, digest)
+    SELECT tenant_id, effect_id, version, batch_kind, batch_from, status, batch_actor,
+           details, updated_at, prev_digest,
+           effect_event_digest(prev_digest, effect_id, version, batch_kind, batch_from,
+                               status, batch_actor, details, updated_at)
+    FROM event
 )
 -- Only what the write changed comes back; the caller holds the rest of the row.
-SELECT moved.batch_ord, moved.version, moved.updated_at, append_effect_event(
-    moved.tenant_id, moved.effect_id, moved.version, moved.batch_kind, moved.batch_from,
-    moved.status, moved.batch_actor,
-    jsonb_build_object('status_code', moved.batch_status_code,
-                       'source', moved.batch_source,
-                       'external_id', moved.batch_external_id)
-        || moved.batch_details::jsonb,
-    moved.updated_at
-) IS NOT NULL AS event_written
-FROM moved;
+SELECT batch_ord, version, updated_at, true AS event_written FROM moved;
 
 -- record_receipt_batch_of_tenant --
 -- record_receipt_batch within tenant $13, as one call run whole on the tenant's shard.
